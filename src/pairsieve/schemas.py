@@ -1,0 +1,97 @@
+"""Column names and file names of every artifact: the data contracts of DESIGN.md in one place.
+
+Stages refer to columns through these constants only, so a renamed column is one edit here and a
+misspelt one is an AttributeError at import time rather than a silently empty column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+SCHEMA_VERSION = 1
+
+# --- inputs --------------------------------------------------------------------------------------
+QUERY = "query"
+LISTING_ID = "listing_id"
+TITLE = "title"
+TS = "ts"
+SESSION_ID = "session_id"
+POSITION = "position"
+CLICKS = "clicks"
+WEIGHT = "weight"
+DESCRIPTION = "description"
+BRAND = "brand"
+SELLER_ID = "seller_id"
+PRICE = "price"
+CATEGORY = "category"
+
+CLICKS_REQUIRED = (QUERY, LISTING_ID)
+CATALOG_REQUIRED = (LISTING_ID, TITLE)
+
+# --- ingest outputs ------------------------------------------------------------------------------
+QUERY_NORM = "query_norm"
+QUERY_ID = "query_id"
+TITLE_NORM = "title_norm"
+SOURCE_FILE = "source_file"
+ROW_NUMBER = "row_number"
+REASON = "reason"
+RAW = "raw"  # JSON of the raw row values in quarantine
+TABLE = "table"  # which input a quarantined row came from: "clicks" or "catalog"
+
+# --- cluster outputs -----------------------------------------------------------------------------
+PRODUCT_ID = "product_id"
+CLUSTER_SIZE = "cluster_size"
+CANONICAL_TITLE = "canonical_title"
+METHOD = "method"
+LISTING_A = "listing_a"
+LISTING_B = "listing_b"
+JACCARD = "jaccard"
+COSINE = "cosine"
+SIGNAL = "signal"
+ACCEPTED = "accepted"
+VETO_REASON = "veto_reason"
+
+# --- mine outputs --------------------------------------------------------------------------------
+POSITIVE_LISTING_ID = "positive_listing_id"
+NEGATIVE_LISTING_ID = "negative_listing_id"
+RANK = "rank"
+SCORE = "score"
+POSITIVE_SCORE = "positive_score"
+
+# --- shard outputs -------------------------------------------------------------------------------
+ANCHOR = "anchor"
+POSITIVE = "positive"
+LABEL = "label"
+ROW_ID = "row_id"
+
+
+def negative_column(i: int) -> str:
+    """Name of the i-th (1-based) negative text column, as sentence-transformers writes it."""
+    return f"negative_{i}"
+
+
+# --- files ---------------------------------------------------------------------------------------
+STAGE_JSON = "stage.json"
+CLICKS_FILE = "clicks.parquet"
+LISTINGS_FILE = "listings.parquet"
+QUARANTINE_FILE = "quarantine.parquet"
+PRODUCTS_FILE = "products.parquet"
+PAIRS_FILE = "pairs.parquet"
+NEGATIVES_FILE = "negatives.parquet"
+NEGATIVES_DROPPED_FILE = "negatives_dropped.parquet"
+MANIFEST_FILE = "manifest.json"
+REPORT_HTML = "report.html"
+REPORT_JSON = "report.json"
+
+STAGES = ("ingest", "cluster", "mine", "shards", "report")
+
+
+def stable_hash(text: str, n_bytes: int = 8) -> str:
+    """Hex digest used for ids: blake2b, so ids do not depend on Python's salted ``hash``."""
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=n_bytes).hexdigest()
+
+
+def product_int(product_id: str) -> int:
+    """Map a string product id to the non-negative int64 that shard ``label`` columns carry."""
+    digest = hashlib.blake2b(product_id.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF
