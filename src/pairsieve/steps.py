@@ -1,0 +1,136 @@
+"""One function per stage that runs it resumably inside a build folder, without Prefect.
+
+Each step knows which upstream stages and which config sections its output depends on, so a
+re-run skips a stage exactly when neither changed (`stage.run_stage`). The Prefect tasks in
+`pairsieve.pipeline` wrap these functions and nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+
+from pairsieve import schemas as S
+from pairsieve.config import EmbedConfig, PairsieveConfig
+from pairsieve.embed import Encoder, load_encoder
+from pairsieve.stage import StageResult, run_stage, stage_fingerprint
+
+# Config sections whose values change a stage's output (plus everything upstream of it).
+STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "ingest": ("ingest",),
+    "cluster": ("embed", "knn", "cluster"),
+    "mine": ("embed", "knn", "mine", "seed"),
+    "shards": ("shards", "mine", "seed"),
+    "report": ("report",),
+}
+UPSTREAM: dict[str, tuple[str, ...]] = {
+    "ingest": (),
+    "cluster": ("ingest",),
+    "mine": ("ingest", "cluster"),
+    "shards": ("ingest", "cluster", "mine"),
+    "report": ("ingest", "cluster", "mine", "shards"),
+}
+
+
+def section_hash(cfg: PairsieveConfig, stage: str) -> str:
+    """Hash of the config sections a stage depends on (so report knobs never re-run clustering)."""
+    dumped = cfg.model_dump(mode="json")
+    relevant = {key: dumped[key] for key in STAGE_SECTIONS[stage]}
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=2)
+def shared_encoder(cfg: EmbedConfig) -> Encoder:
+    """Load the encoder once per process; cluster and mine both use it."""
+    return load_encoder(cfg)
+
+
+def _stage_path(run_dir: Path, stage: str, file: str) -> Path:
+    return Path(run_dir) / stage / file
+
+
+def ingest_step(
+    cfg: PairsieveConfig, clicks: list[str], catalog: list[str], run_dir: Path
+) -> StageResult:
+    """Validate and normalise the inputs into `run_dir/ingest/`."""
+    from pairsieve import ingest
+
+    fingerprint = ingest.input_fingerprint(clicks, catalog)
+    return run_stage(
+        "ingest",
+        run_dir,
+        section_hash(cfg, "ingest"),
+        fingerprint,
+        lambda tmp: ingest.run(cfg, clicks, catalog, tmp),
+    )
+
+
+def cluster_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
+    """Cluster ingested listings into products under `run_dir/cluster/`."""
+    from pairsieve import cluster
+
+    listings = _stage_path(run_dir, "ingest", S.LISTINGS_FILE)
+    return run_stage(
+        "cluster",
+        run_dir,
+        section_hash(cfg, "cluster"),
+        stage_fingerprint(run_dir, list(UPSTREAM["cluster"])),
+        lambda tmp: cluster.run(cfg, listings, tmp, shared_encoder(cfg.embed)),
+    )
+
+
+def mine_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
+    """Mine hard negatives that never share the positive's product into `run_dir/mine/`."""
+    from pairsieve import mine
+
+    return run_stage(
+        "mine",
+        run_dir,
+        section_hash(cfg, "mine"),
+        stage_fingerprint(run_dir, list(UPSTREAM["mine"])),
+        lambda tmp: mine.run(
+            cfg,
+            _stage_path(run_dir, "ingest", S.CLICKS_FILE),
+            _stage_path(run_dir, "ingest", S.LISTINGS_FILE),
+            _stage_path(run_dir, "cluster", S.PRODUCTS_FILE),
+            tmp,
+            shared_encoder(cfg.embed),
+        ),
+    )
+
+
+def shards_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
+    """Write product-disjoint, labelled training shards into `run_dir/shards/`."""
+    from pairsieve import shards
+
+    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["shards"]))
+    return run_stage(
+        "shards",
+        run_dir,
+        section_hash(cfg, "shards"),
+        fingerprint,
+        lambda tmp: shards.run(
+            cfg,
+            _stage_path(run_dir, "ingest", S.CLICKS_FILE),
+            _stage_path(run_dir, "ingest", S.LISTINGS_FILE),
+            _stage_path(run_dir, "cluster", S.PRODUCTS_FILE),
+            _stage_path(run_dir, "mine", S.NEGATIVES_FILE),
+            tmp,
+            {"inputs": fingerprint},
+        ),
+    )
+
+
+def report_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
+    """Write the duplicate-impact report into `run_dir/report/`."""
+    from pairsieve import report
+
+    return run_stage(
+        "report",
+        run_dir,
+        section_hash(cfg, "report"),
+        stage_fingerprint(run_dir, list(UPSTREAM["report"])),
+        lambda tmp: report.run(cfg, Path(run_dir), tmp),
+    )
