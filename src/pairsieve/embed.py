@@ -2,16 +2,23 @@
 
 Embedding is the pipeline's slowest step (MiniLM embeds ~190 titles/s on 2 cores), so every text
 is embedded at most once per model: texts are deduplicated, and vectors are cached on disk keyed
-by (model key, text hash), shared by all stages and runs.
+by (model key, text hash), shared by all stages and runs. Encoding streams over partitions of
+``EmbedConfig.partition_size`` distinct texts, each stored as soon as it is done, so memory stays
+bounded and an interrupted run resumes where it stopped; `plan_partitions` and `embed_partition`
+let a Prefect flow map the partitions as tasks. The ONNX Runtime backends live in
+`pairsieve.onnx_backend`; their speed and quality are in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
 
+import fcntl
+import functools
 import hashlib
 import logging
 import os
 import time
 import uuid
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
-from pairsieve.config import EmbedConfig
+from pairsieve.config import EmbedConfig, PairsieveConfig
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +56,10 @@ class SentenceTransformerEncoder:
         from sentence_transformers import SentenceTransformer
 
         path = cfg.model_path or bundled_model_path()
+        if cfg.num_threads:
+            import torch
+
+            torch.set_num_threads(cfg.num_threads)
         self._batch_size = cfg.batch_size
         self._model = SentenceTransformer(path, device="cpu")
         self._model.max_seq_length = cfg.max_seq_length
@@ -68,14 +79,32 @@ class SentenceTransformerEncoder:
 def _model_key(path: str, cfg: EmbedConfig) -> str:
     """Cache namespace: model folder name and size of its weights, backend, sequence limit."""
     folder = Path(path)
-    weights = sum(p.stat().st_size for p in folder.rglob("*") if p.suffix in {".safetensors", ".bin"})
+    weights = sum(
+        p.stat().st_size for p in folder.rglob("*") if p.suffix in {".safetensors", ".bin"}
+    )
     ident = f"{folder.name}|{weights}|{cfg.backend}|{cfg.max_seq_length}"
+    if cfg.backend != "torch":  # torch keys predate the ONNX export; keep them stable
+        from pairsieve.onnx_backend import EXPORT_VERSION
+
+        ident += f"|export-v{EXPORT_VERSION}"
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def load_encoder(cfg: EmbedConfig) -> Encoder:
-    """Load the configured encoder (a setup step: costs ~10 s of imports and weights)."""
-    return SentenceTransformerEncoder(cfg)
+def load_encoder(cfg: EmbedConfig, cache_dir: str | Path | None = None) -> Encoder:
+    """Load the configured encoder (a setup step: ~10 s of imports and weights).
+
+    ONNX backends export the bundled weights once into ``<cache_dir>/onnx/`` (``cache_dir``
+    defaults to `PairsieveConfig.cache_dir`'s default; pass ``cfg.cache_dir``).
+    """
+    if cfg.backend == "torch":
+        return SentenceTransformerEncoder(cfg)
+    from pairsieve.onnx_backend import OnnxEncoder, ensure_onnx_model
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    path = cfg.model_path or bundled_model_path()
+    root = Path(cache_dir or PairsieveConfig.model_fields["cache_dir"].default).expanduser()
+    onnx_file = ensure_onnx_model(path, root / "onnx", cfg.backend)
+    return OnnxEncoder(onnx_file, path, cfg, _model_key(path, cfg))
 
 
 def text_keys(texts: Sequence[str]) -> np.ndarray:
@@ -94,29 +123,65 @@ class EmbeddingCache:
     """Vectors on disk under ``root/<model_key>/part-*.npz``, one immutable file per write.
 
     Each write is a new file renamed into place, so concurrent runs never clobber each other and
-    an interrupted write leaves no partial file; readers merge all parts.
+    an interrupted write leaves only a ``.part-*.tmp`` file, which readers never look at. A part
+    that cannot be read whole (truncated or corrupt: the npz members carry CRC-32 checks) is
+    skipped with a warning, never half-read. Readers merge all parts; `compact` folds many small
+    parts into one under an exclusive lock, writing the merged part before deleting its sources,
+    so a concurrent reader always finds every key in one file or the other.
     """
 
     def __init__(self, root: str | Path, model_key: str) -> None:
         self.folder = Path(root).expanduser() / model_key
-        self._keys = np.empty(0, dtype=np.uint64)
-        self._vectors: np.ndarray | None = None
-        self._loaded_parts: set[str] = set()
+        self._keys = np.empty(0, dtype=np.uint64)  # (m,) sorted, distinct
+        self._vectors: np.ndarray | None = None  # (m, d) float32, rows match _keys
+        self._seen_parts: set[str] = set()
+
+    def _read_part(self, part: Path) -> tuple[np.ndarray, np.ndarray] | None:
+        """(keys, vectors) of one part, or None if it vanished (compacted) or is damaged."""
+        try:
+            with np.load(part) as data:
+                keys, vectors = data["keys"], data["vectors"]
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            log.warning("skipping unreadable embedding cache part %s: %s", part, exc)
+            return None
+        if keys.ndim != 1 or vectors.ndim != 2 or len(keys) != len(vectors):
+            log.warning("skipping malformed embedding cache part %s", part)
+            return None
+        return keys.astype(np.uint64, copy=False), vectors.astype(np.float32, copy=False)
 
     def _refresh(self) -> None:
-        parts = sorted(p for p in self.folder.glob("part-*.npz") if p.name not in self._loaded_parts)
-        if not parts:
+        """Load parts written since the last look (by this or any other process)."""
+        keys = [self._keys]
+        vectors = [] if self._vectors is None else [self._vectors]
+        for _ in range(3):  # a part deleted by a compaction was merged into one listed next time
+            parts = sorted(
+                p for p in self.folder.glob("part-*.npz") if p.name not in self._seen_parts
+            )
+            vanished = False
+            for part in parts:
+                loaded = self._read_part(part)
+                vanished |= loaded is None and not part.exists()
+                if loaded is not None:
+                    keys.append(loaded[0])
+                    vectors.append(loaded[1])
+                if loaded is not None or part.exists():
+                    self._seen_parts.add(part.name)
+            if not vanished:
+                break
+        if len(keys) == 1 and self._vectors is not None or not vectors:
             return
-        keys, vectors = [self._keys], [] if self._vectors is None else [self._vectors]
-        for part in parts:
-            with np.load(part) as data:
-                keys.append(data["keys"])
-                vectors.append(data["vectors"])
-            self._loaded_parts.add(part.name)
         all_keys = np.concatenate(keys)
         all_vectors = np.concatenate(vectors)
-        order = np.argsort(all_keys, kind="stable")
-        self._keys, self._vectors = all_keys[order], all_vectors[order]
+        distinct, first = np.unique(all_keys, return_index=True)  # sorted; duplicates agree
+        self._keys, self._vectors = distinct, all_vectors[first]
+
+    @property
+    def size(self) -> int:
+        """Number of distinct cached texts (after reading every part on disk)."""
+        self._refresh()
+        return len(self._keys)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(found mask (n,) bool, vectors of the found keys (m, d)) for ``keys`` (n,) uint64."""
@@ -127,18 +192,61 @@ class EmbeddingCache:
         found = self._keys[pos] == keys
         return found, self._vectors[pos[found]]
 
-    def store(self, keys: np.ndarray, vectors: np.ndarray) -> None:
+    def store(self, keys: np.ndarray, vectors: np.ndarray) -> Path | None:
         """Persist ``vectors`` (n, d) float32 under ``keys`` (n,) uint64 as one new part file."""
         if len(keys) == 0:
-            return
+            return None
         self.folder.mkdir(parents=True, exist_ok=True)
         final = self.folder / f"part-{uuid.uuid4().hex}.npz"
         tmp = self.folder / f".{final.name}.tmp"
-        with open(tmp, "wb") as handle:
-            np.savez(handle, keys=keys, vectors=vectors.astype(np.float32))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
+        try:
+            with open(tmp, "wb") as handle:
+                np.savez(handle, keys=keys.astype(np.uint64), vectors=vectors.astype(np.float32))
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, final)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return final
+
+    def compact(self, min_parts: int = 2, stale_tmp_seconds: float = 3600) -> int:
+        """Merge all parts into one (if at least ``min_parts``); returns the parts removed.
+
+        Holds an exclusive ``flock`` so two compactions never run at once (a second caller
+        returns 0 at once); writers need no lock. Also deletes ``.tmp`` files older than
+        ``stale_tmp_seconds``, left by killed writers.
+        """
+        if not self.folder.exists():
+            return 0
+        with open(self.folder / ".compact.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0
+            now = time.time()
+            for tmp in self.folder.glob(".part-*.tmp"):
+                if now - tmp.stat().st_mtime > stale_tmp_seconds:
+                    tmp.unlink(missing_ok=True)
+            parts = sorted(self.folder.glob("part-*.npz"))
+            if len(parts) < min_parts:
+                return 0
+            loaded = [(part, self._read_part(part)) for part in parts]
+            merged = [data for _, data in loaded if data is not None]
+            if len(merged) < min_parts:
+                return 0
+            keys = np.concatenate([k for k, _ in merged])
+            distinct, first = np.unique(keys, return_index=True)
+            self.store(distinct, np.concatenate([v for _, v in merged])[first])
+            for part, data in loaded:
+                if data is not None:  # a damaged part is left for a human to look at
+                    part.unlink(missing_ok=True)
+            log.info(
+                "compacted %d cache parts (%d vectors) in %s",
+                len(merged),
+                len(distinct),
+                self.folder,
+            )
+            return len(merged)
 
 
 @dataclass(frozen=True)
@@ -153,9 +261,16 @@ class EmbedStats:
 
 
 def embed_texts(
-    texts: Sequence[str], encoder: Encoder, cache: EmbeddingCache | None = None
+    texts: Sequence[str],
+    encoder: Encoder,
+    cache: EmbeddingCache | None = None,
+    partition_size: int = 20_000,
 ) -> tuple[np.ndarray, EmbedStats]:
-    """Embed ``texts`` (n,) -> (n, d) float32, encoding each distinct uncached text once."""
+    """Embed ``texts`` (n,) -> (n, d) float32, encoding each distinct uncached text once.
+
+    Missing texts are encoded ``partition_size`` at a time and each partition is cached as soon
+    as it is done, so a killed run loses at most one partition of work.
+    """
     started = time.perf_counter()
     distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
     keys = text_keys(list(distinct))
@@ -163,15 +278,18 @@ def embed_texts(
         cache.lookup(keys) if cache is not None else (np.zeros(len(keys), dtype=bool), None)
     )
     missing = np.flatnonzero(~found)
-    fresh = encoder.encode([distinct[i] for i in missing]) if len(missing) else None
-    if fresh is not None and cache is not None:
-        cache.store(keys[missing], fresh)
-    dim = (cached if cached is not None else fresh).shape[1] if len(keys) else 0
+    fresh = []
+    for start in range(0, len(missing), partition_size):
+        chunk = missing[start : start + partition_size]
+        fresh.append(encoder.encode([distinct[i] for i in chunk]))  # (c, d) float32
+        if cache is not None:
+            cache.store(keys[chunk], fresh[-1])
+    dim = (cached if cached is not None else fresh[0]).shape[1] if len(keys) else 0
     vectors = np.empty((len(keys), dim), dtype=np.float32)
     if cached is not None:
         vectors[found] = cached
-    if fresh is not None:
-        vectors[missing] = fresh
+    if fresh:
+        vectors[missing] = np.concatenate(fresh)
     stats = EmbedStats(
         texts=len(texts),
         distinct=len(keys),
@@ -179,5 +297,56 @@ def embed_texts(
         encoded=len(missing),
         seconds=round(time.perf_counter() - started, 3),
     )
-    log.info("embedded %d texts (%d distinct, %d cached, %d encoded)", *list(vars(stats).values())[:4])
+    log.info(
+        "embedded %d texts (%d distinct, %d cached, %d encoded)", *list(vars(stats).values())[:4]
+    )
     return vectors[inverse.reshape(-1)], stats
+
+
+def plan_partitions(
+    texts: Sequence[str], cache: EmbeddingCache, partition_size: int
+) -> list[list[str]]:
+    """The distinct texts missing from ``cache``, sorted and cut into partitions to map as tasks.
+
+    A warm cache yields no partitions at all, so a rebuild embeds nothing.
+    """
+    distinct = sorted(set(texts))
+    found, _ = cache.lookup(text_keys(distinct))
+    missing = [text for text, hit in zip(distinct, found, strict=True) if not hit]
+    return [missing[i : i + partition_size] for i in range(0, len(missing), partition_size)]
+
+
+@functools.lru_cache(maxsize=2)
+def _process_encoder(cfg: EmbedConfig, cache_dir: str) -> Encoder:
+    """One encoder per process and config, shared by every partition task it runs."""
+    return load_encoder(cfg, cache_dir)
+
+
+def embed_partition(texts: Sequence[str], cfg: PairsieveConfig) -> EmbedStats:
+    """Task body for one partition: embed ``texts`` into the shared cache, return the counts.
+
+    A pure function of (texts, config) with the cache as its only output, safe to run in any
+    worker process or thread, any number at once; the vectors are read back with `read_cached`.
+    """
+    encoder = _process_encoder(cfg.embed, cfg.cache_dir)
+    cache = EmbeddingCache(cfg.cache_dir, encoder.model_key)
+    _, stats = embed_texts(texts, encoder, cache, cfg.embed.partition_size)
+    return stats
+
+
+def read_cached(texts: Sequence[str], cache: EmbeddingCache) -> np.ndarray:
+    """(n, d) float32 vectors of ``texts``, all of which must be cached (after the partitions).
+
+    Raises:
+        PairsieveError: ``embedding_missing`` naming how many texts are not cached.
+    """
+    from pairsieve.errors import PairsieveError
+
+    found, vectors = cache.lookup(text_keys(texts))
+    if not found.all() or vectors is None:
+        raise PairsieveError(
+            "embedding_missing",
+            f"{int((~found).sum())} of {len(texts)} texts are not in the embedding cache",
+            file=str(cache.folder),
+        )
+    return vectors

@@ -13,10 +13,13 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from pairsieve.errors import PairsieveError
 
 # Parquet settings fixed here so that the same frame always gives the same bytes.
 PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "statistics": True}
@@ -107,3 +110,248 @@ def fingerprint(paths: list[str | Path]) -> str:
         digest.update(Path(path).name.encode())
         digest.update(sha256_file(path).encode())
     return digest.hexdigest()
+
+
+# --- readers -------------------------------------------------------------------------------------
+# Inputs are files, globs, folders of partitions or fsspec URLs in parquet, CSV or JSON Lines.
+# Every column is read as text (ids stay exact however long their digits run; formats agree on
+# values) and every row carries its source file and 1-based data-row number for quarantine.
+
+FORMATS: dict[str, str] = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+}
+_GLOB_CHARS = set("*?[")
+
+
+def _split_url(spec: str) -> tuple[Any, str] | None:
+    """(fsspec filesystem, path) for a ``proto://`` spec other than a local ``file://``."""
+    if "://" not in spec:
+        return None
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(spec)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return None if protocol in ("file", "local") else (fs, path)
+
+
+def _local(spec: str) -> str:
+    return spec.removeprefix("file://") if spec.startswith("file://") else spec
+
+
+def _is_data_file(name: str) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return not base.startswith((".", "_")) and file_format(base, strict=False) is not None
+
+
+def file_format(path: str, strict: bool = True) -> str | None:
+    """``parquet`` / ``csv`` / ``jsonl`` from the file extension.
+
+    Raises:
+        PairsieveError: ``unreadable_file`` for an unsupported extension when ``strict``.
+    """
+    for ext, fmt in FORMATS.items():
+        if path.lower().endswith(ext):
+            return fmt
+    if strict:
+        raise PairsieveError(
+            "unreadable_file",
+            f"unsupported format; use one of {', '.join(sorted(FORMATS))}",
+            file=path,
+        )
+    return None
+
+
+def _resolve_remote(fs: Any, path: str, spec: str) -> list[str]:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if any(ch in path for ch in _GLOB_CHARS):
+        found = [p for p in fs.glob(path) if fs.isfile(p)]
+    elif fs.isdir(path):
+        found = [p for p in fs.find(path) if _is_data_file(p)]
+    elif fs.exists(path):
+        found = [path]
+    else:
+        raise PairsieveError("missing_file", "input not found", file=spec)
+    return [fs.unstrip_protocol(p) if "://" not in p else p for p in found] or [
+        f"{protocol}://{path}"
+    ]
+
+
+def _resolve_one(spec: str) -> list[str]:
+    remote = _split_url(spec)
+    if remote is not None:
+        found = _resolve_remote(*remote, spec)
+    else:
+        local = _local(spec)
+        path = Path(local).expanduser()
+        if any(ch in local for ch in _GLOB_CHARS):
+            import glob
+
+            found = [p for p in glob.glob(str(path), recursive=True) if Path(p).is_file()]
+        elif path.is_dir():
+            found = [str(p) for p in path.rglob("*") if p.is_file() and _is_data_file(p.name)]
+        elif path.is_file():
+            found = [str(path)]
+        else:
+            raise PairsieveError("missing_file", "input not found", file=spec)
+        found = [str(Path(p).resolve()) for p in found]
+    if not found:
+        raise PairsieveError(
+            "missing_file", f"no {'/'.join(sorted(set(FORMATS.values())))} files found", file=spec
+        )
+    return found
+
+
+def resolve_inputs(spec: str | Path | list[str] | list[Path]) -> list[str]:
+    """Sorted, de-duplicated data files named by a path, glob, folder or fsspec URL (or a list).
+
+    Folders are searched recursively (partition layouts such as ``date=2024-01-01/part-0.parquet``)
+    for supported extensions, skipping hidden and ``_``-prefixed files (``_SUCCESS``). Sorting
+    makes the row order, and so "keep the first duplicate", independent of directory listing.
+
+    Raises:
+        PairsieveError: ``missing_file`` naming the spec that matched nothing.
+    """
+    specs = [spec] if isinstance(spec, str | Path) else list(spec)
+    if not specs:
+        raise PairsieveError("missing_file", "no input given")
+    files = sorted({f for s in specs for f in _resolve_one(str(s))})
+    for f in files:
+        file_format(f)
+    return files
+
+
+def _read_bytes(path: str) -> bytes:
+    remote = _split_url(path)
+    if remote is None:
+        return Path(_local(path)).read_bytes()
+    fs, inner = remote
+    return fs.cat_file(inner)
+
+
+def _source(path: str, fmt: str, encoding: str) -> Any:
+    """What polars scans: the local path, or the bytes of a remote or re-encoded file."""
+    import io as _io
+
+    transcode = fmt == "csv" and encoding.lower().replace("-", "").replace("_", "") not in (
+        "utf8",
+        "utf8lossy",
+    )
+    if _split_url(path) is None and not transcode:
+        return _local(path)
+    data = _read_bytes(path)
+    if transcode:
+        # Undecodable bytes become U+FFFD, which ingest quarantines as bad_encoding.
+        data = data.decode(encoding, errors="replace").encode("utf-8")
+    return _io.BytesIO(data)
+
+
+def _scan_raw(path: str, encoding: str, separator: str) -> pl.LazyFrame:
+    fmt = file_format(path)
+    source = _source(path, fmt, encoding)
+    if fmt == "parquet":
+        return pl.scan_parquet(source)
+    if fmt == "jsonl":
+        schema = pl.scan_ndjson(source, infer_schema_length=None).collect_schema()
+        if hasattr(source, "seek"):
+            source.seek(0)
+        text = {name: pl.String for name, dtype in schema.items() if not dtype.is_nested()}
+        return pl.scan_ndjson(source, schema_overrides=text, infer_schema_length=None)
+    sep = "\t" if path.lower().endswith(".tsv") else separator
+    return pl.scan_csv(source, separator=sep, infer_schema=False, encoding="utf8-lossy")
+
+
+def _as_text(schema: pl.Schema) -> list[pl.Expr]:
+    return [
+        pl.col(name) if dtype == pl.String or dtype.is_nested() else pl.col(name).cast(pl.String)
+        for name, dtype in schema.items()
+    ]
+
+
+@dataclass(frozen=True)
+class TableReader:
+    """Reads one logical table (clicks or catalog) from any supported input spec.
+
+    ``required`` columns are checked per file after ``rename`` maps input names to the contract;
+    ``encoding`` and ``separator`` apply to CSV files (``.tsv`` is always tab-separated).
+    """
+
+    required: tuple[str, ...]
+    rename: dict[str, str] = field(default_factory=dict)
+    encoding: str = "utf-8"
+    separator: str = ","
+
+    def scan(self, spec: str | Path | list[str] | list[Path]) -> tuple[pl.LazyFrame, list[str]]:
+        """All files of ``spec`` as one lazy text frame (columns unioned) and the file list.
+
+        Raises:
+            PairsieveError: ``missing_file`` / ``unreadable_file`` / ``empty_input`` /
+                ``missing_column`` naming the file (and column).
+        """
+        files = resolve_inputs(spec)
+        frames = [self.scan_file(path, files) for path in files]
+        return pl.concat(frames, how="diagonal"), files
+
+    def scan_file(self, path: str, files: list[str]) -> pl.LazyFrame:
+        """One file as text columns plus ``source_file`` (an Enum over ``files``, so it costs
+        4 bytes a row) and ``row_number`` (1-based data row)."""
+        from pairsieve.schemas import ROW_NUMBER, SOURCE_FILE
+
+        try:
+            frame = _scan_raw(path, self.encoding, self.separator)
+            schema = frame.collect_schema()
+        except pl.exceptions.NoDataError:
+            raise PairsieveError("empty_input", "file is empty", file=path) from None
+        except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+            raise PairsieveError("unreadable_file", _first_line(exc), file=path) from None
+        frame = frame.rename({old: new for old, new in self.rename.items() if old in schema})
+        schema = frame.collect_schema()
+        for column in self.required:
+            if column not in schema:
+                found = ", ".join(schema.names()) or "none"
+                raise PairsieveError(
+                    "missing_column",
+                    f"required column missing (found: {found})",
+                    file=path,
+                    column=column,
+                )
+        return frame.select(_as_text(schema)).with_columns(
+            pl.lit(path, dtype=pl.Enum(files)).alias(SOURCE_FILE),
+            pl.int_range(1, pl.len() + 1, dtype=pl.Int64).alias(ROW_NUMBER),
+        )
+
+    def collect(self, frame: pl.LazyFrame, files: list[str]) -> pl.DataFrame:
+        """Collect a frame built on ``files``; a failure names the file that causes it.
+
+        Raises:
+            PairsieveError: ``unreadable_file`` naming the first file that fails on its own.
+        """
+        try:
+            return frame.collect()
+        except pl.exceptions.PolarsError as exc:
+            for path in files:
+                try:
+                    _scan_raw(path, self.encoding, self.separator).select(pl.len()).collect()
+                except pl.exceptions.PolarsError as inner:
+                    raise PairsieveError(
+                        "unreadable_file", _first_line(inner), file=path
+                    ) from None
+            raise PairsieveError(
+                "unreadable_file", _first_line(exc), file=", ".join(files)
+            ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def content_digest(path: str) -> str:
+    """sha256 of a local or fsspec file's bytes."""
+    if _split_url(path) is None:
+        return sha256_file(_local(path))
+    return hashlib.sha256(_read_bytes(path)).hexdigest()

@@ -24,6 +24,10 @@ BRAND = "brand"
 SELLER_ID = "seller_id"
 PRICE = "price"
 CATEGORY = "category"
+# Ground-truth product of a labelled catalog (benchmarks, synth); for evaluation only.
+TRUE_PRODUCT_ID = "true_product_id"
+# Canonical name of a ground-truth product (PriceRunner cluster_label, synth); evaluation only.
+TRUE_PRODUCT_NAME = "true_product_name"
 
 CLICKS_REQUIRED = (QUERY, LISTING_ID)
 CATALOG_REQUIRED = (LISTING_ID, TITLE)
@@ -31,6 +35,7 @@ CATALOG_REQUIRED = (LISTING_ID, TITLE)
 # --- ingest outputs ------------------------------------------------------------------------------
 QUERY_NORM = "query_norm"
 QUERY_ID = "query_id"
+CLICK_ROWS = "click_rows"  # raw click rows merged into one (query_norm, listing_id) row
 TITLE_NORM = "title_norm"
 SOURCE_FILE = "source_file"
 ROW_NUMBER = "row_number"
@@ -63,6 +68,10 @@ ANCHOR = "anchor"
 POSITIVE = "positive"
 LABEL = "label"
 ROW_ID = "row_id"
+POSITIVE_PRODUCT_ID = "positive_product_id"
+NEGATIVE_LISTING_IDS = "negative_listing_ids"
+NEGATIVE_PRODUCT_IDS = "negative_product_ids"
+NEGATIVE_SCORES = "negative_scores"
 
 
 def negative_column(i: int) -> str:

@@ -1,12 +1,22 @@
-"""Text normalisation for matching: keeps digits and units, so variants stay distinguishable.
+"""Text normalisation and attribute extraction for matching listings.
 
-The original text is always kept for training; normalised text is only a matching key.
+Normalisation keeps digits and units, so variants stay distinguishable ("64 GB", "64gb" and
+"64-gb" all become "64gb"). The original text is always kept for training; normalised text is
+only a matching key.
+
+Attributes are what separates two products whose titles are otherwise near-identical (measured
+on PriceRunner, issue 3): model codes (mixed letter-digit tokens such as "ue55nu8000"), quantities
+with units (capacities, sizes, weights, speeds), bare numbers ("iphone 8" vs "iphone 7"), short
+model tokens ("s8", "a2", "i7") and variant words without digits ("plus", "max", "mark ii").
+Only general product vocabulary lives here (units, variant words, colour words), no data-set
+specific lists.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass, replace
 
 import polars as pl
 
@@ -39,3 +49,314 @@ def normalize(text: str) -> str:
     out = re.sub(_SEPARATORS, " ", out)
     out = re.sub(_UNIT_GLUE, r"\1\2", out)
     return out.strip()
+
+
+# --- tokens --------------------------------------------------------------------------------------
+
+# A unit spelled as a word ("inch", "litre") or symbol maps to one unit class, so "55in" and
+# "55 inch" compare equal; tb becomes 1000 gb so "1tb" and "1000gb" agree.
+_UNIT_CLASS = {
+    "tb": ("bytes", 1000.0), "gb": ("bytes", 1.0), "mb": ("bytes", 0.001),
+    "mah": ("charge", 1.0), "wh": ("energy", 1.0), "mp": ("pixels", 1.0), "mpx": ("pixels", 1.0),
+    "ghz": ("freq", 1000.0), "mhz": ("freq", 1.0), "hz": ("refresh", 1.0),
+    "w": ("power", 1.0), "kw": ("power", 1000.0), "v": ("volt", 1.0),
+    "mm": ("length", 0.1), "cm": ("length", 1.0), "m": ("length", 100.0),
+    "l": ("volume", 1.0), "ltr": ("volume", 1.0), "litre": ("volume", 1.0),
+    "liter": ("volume", 1.0), "ml": ("volume", 0.001),
+    "kg": ("mass", 1.0), "g": ("mass", 0.001),
+    "in": ("inch", 1.0), "inch": ("inch", 1.0), "inches": ("inch", 1.0), '"': ("inch", 1.0),
+    "rpm": ("rpm", 1.0), "db": ("noise", 1.0), "mbps": ("rate", 1.0), "gbps": ("rate", 1000.0),
+    "p": ("lines", 1.0), "k": ("k", 1.0), "x": ("times", 1.0),
+    "pack": ("pack", 1.0), "pcs": ("pack", 1.0), "pk": ("pack", 1.0),
+}
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(" + "|".join(sorted(_UNIT_CLASS, key=len, reverse=True))
+                       + r")$")
+# Mobile network generations look like quantities ("4g") but name a radio, not a size.
+_NETWORK = frozenset({"2g", "3g", "4g", "5g", "lte"})
+_NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
+_ALNUM = re.compile(r"^(?=.*[a-z])(?=.*\d)[a-z0-9]+$")
+_SPLIT = re.compile(r"[^a-z0-9.+\"]+")
+_HYPHEN_CODE = re.compile(r"\b([a-z0-9]*\d[a-z0-9]*)-(?=[a-z0-9]*\d)([a-z0-9]+)\b")
+# "55pus6503/12" and "mq8n2b/a": a short suffix after "/" is a region code, not a token.
+_REGION_SUFFIX = re.compile(r"\b([a-z]*\d[a-z0-9]*)/[a-z0-9]{1,3}\b")
+# "s8+" is "s8 plus"; a trailing "+" on a word is a variant marker, not punctuation.
+_PLUS = re.compile(r"(?<=[a-z0-9])\+")
+
+# Variant words name a different product without any digit (issue 3: "plus", "xs", "max",
+# "mark ii", roman numerals). General product vocabulary, not tuned to one data set.
+VARIANT_WORDS = frozenset({
+    "plus", "pro", "max", "mini", "lite", "ultra", "xs", "xr", "xl", "se", "neo", "edge",
+    "note", "prime", "air", "duo", "go",
+})
+# Generation markers ("mark ii", roman numerals) separate products even under one model code
+# ("rx100 iv" vs "rx100 vi", "lx100" vs "lx100 mark ii").
+GENERATION_WORDS = frozenset({"mark", "mk", "ii", "iii", "iv", "vi", "vii", "viii", "ix", "xi", "xii"})
+# Colour words (and common German/French spellings) are variants of one product in some
+# categories and separate SKUs in others, so they neither veto nor count towards Jaccard.
+COLOUR_WORDS = frozenset({
+    "black", "white", "silver", "grey", "gray", "gold", "rose", "red", "blue", "green",
+    "pink", "purple", "yellow", "orange", "brown", "bronze", "graphite", "midnight", "space",
+    "titanium", "champagne", "cream", "beige", "inox", "stainless", "steel", "chrome",
+    "schwarz", "weiss", "weiß", "silber", "grau", "spacegrau", "blau", "rot", "noir", "blanc",
+    "argent", "gris", "or", "rosegold", "jet", "matte", "glossy", "anthracite", "aluminium",
+})
+
+
+def tokens(title_norm: str) -> list[str]:
+    """Word tokens of a normalised title; hyphenated codes joined ("i7-8700k" -> "i78700k")."""
+    text = _REGION_SUFFIX.sub(r"\1", title_norm)
+    text = _PLUS.sub(" plus", text)
+    text = _HYPHEN_CODE.sub(r"\1\2", text)
+    out = []
+    for tok in _SPLIT.split(text):
+        tok = tok.strip(".")
+        if tok:
+            out.append(tok)
+    return out
+
+
+@dataclass(frozen=True)
+class Attributes:
+    """What a title says about its product, beyond its words.
+
+    ``codes`` are model codes (>= 4 chars, letters and >= 2 digits, not a quantity);
+    ``models`` short letter-digit tokens ("s8", "a2"); ``numbers`` bare numbers;
+    ``quantities`` (unit class, value) pairs; ``variants`` digit-less variant words;
+    ``generations`` generation markers;
+    ``words`` the token set used for Jaccard (colour words removed).
+    """
+
+    codes: frozenset[str]
+    models: frozenset[str]
+    numbers: frozenset[str]
+    quantities: frozenset[tuple[str, float]]
+    variants: frozenset[str]
+    generations: frozenset[str]
+    words: frozenset[str]
+
+    @property
+    def informative(self) -> bool:
+        """True when the title names a product: a code or model token, or two weaker cues.
+
+        Titles such as "washing machine" (90 offers of 90 products in PriceRunner) carry no
+        identifying token; they are never merged on text alone.
+        """
+        if self.codes or self.models:
+            return True
+        named = self.variants | self.generations
+        cues = bool(named) + bool(self.numbers) + bool(self.quantities)
+        return cues >= 2 and bool(named or self.numbers)
+
+    def without_codes(self, common: set[str] | frozenset[str]) -> Attributes:
+        """A copy whose codes exclude ``common`` ones: a code on many different titles
+        ("hdr1000", "lga1151") names a feature, not a product."""
+        if not self.codes & common:
+            return self
+        return replace(self, codes=self.codes - common)
+
+
+def _is_code(tok: str) -> bool:
+    """A model code: >= 4 chars with letters and >= 2 digits, or an integer of >= 4 digits."""
+    if tok.isdigit():
+        return len(tok) >= 4
+    digits = sum(ch.isdigit() for ch in tok)
+    return len(tok) >= 4 and digits >= 2 and _ALNUM.match(tok) is not None
+
+
+_ROMAN = {"1": "i", "2": "ii", "3": "iii", "4": "iv", "5": "v", "6": "vi", "7": "vii", "8": "viii"}
+_MARK = re.compile(r"^(?:mark|mk)(\d|i{1,3}|iv|v|vi{1,3})$")
+_VARIANT_DIGITS = re.compile(r"^(" + "|".join(sorted(VARIANT_WORDS, key=len, reverse=True))
+                             + r")(\d{1,2})$")
+
+
+def _generation(tok: str, nxt: str) -> str | None:
+    """Roman generation named by "mark ii", "mk 2", "mk4", "iv" (None when not one)."""
+    if tok in GENERATION_WORDS and tok not in {"mark", "mk"}:
+        return tok
+    glued = _MARK.match(tok)
+    if glued:
+        return _ROMAN.get(glued.group(1), glued.group(1))
+    if tok in {"mark", "mk"} and (nxt in _ROMAN or nxt in GENERATION_WORDS):
+        return _ROMAN.get(nxt, nxt)
+    return None
+
+
+def _joined_codes(toks: list[str]) -> set[str]:
+    """Codes split by a space: "gnp 2713" -> "gnp2713", "55 uk6500" -> "55uk6500"."""
+    out = set()
+    for left, right in zip(toks, toks[1:], strict=False):
+        if not any(ch.isdigit() for ch in right) or _QUANTITY.match(right):
+            continue
+        if (left.isalpha() and len(left) <= 4) or (
+            left.isdigit() and len(left) == 2 and right[0].isalpha()
+        ):
+            joined = left + right
+            if _is_code(joined):
+                out.add(joined)
+    return out
+
+
+def _split_glued(toks: list[str]) -> list[str]:
+    """Undo glued variant words ("note8" -> "note", "8") and dots inside codes ("p.1")."""
+    out = []
+    for tok in toks:
+        glued = _VARIANT_DIGITS.match(tok)
+        if glued:
+            out += [glued.group(1), glued.group(2)]
+        elif "." in tok and not _QUANTITY.match(tok) and not _NUMBER.match(tok):
+            out.append(tok.replace(".", ""))
+        else:
+            out.append(tok)
+    return out
+
+
+def extract_attributes(title_norm: str) -> Attributes:
+    """Attributes of one normalised title (see `Attributes`)."""
+    toks = _split_glued(tokens(title_norm))
+    codes, models, numbers, quantities = _joined_codes(toks), set(), set(), set()
+    variants, generations = set(), set()
+    for i, tok in enumerate(toks):
+        quantity = _QUANTITY.match(tok)
+        generation = _generation(tok, toks[i + 1] if i + 1 < len(toks) else "")
+        if tok in _NETWORK:
+            continue
+        if generation:
+            generations.add(generation)
+        elif quantity:
+            unit_class, factor = _UNIT_CLASS[quantity.group(2)]
+            quantities.add((unit_class, round(float(quantity.group(1)) * factor, 3)))
+        elif _is_code(tok):
+            codes.add(tok)
+        elif _NUMBER.match(tok):
+            numbers.add(tok)
+        elif _ALNUM.match(tok):
+            models.add(tok)
+        elif tok in VARIANT_WORDS:
+            variants.add(tok)
+    words = frozenset(t for t in toks if t not in COLOUR_WORDS)
+    return Attributes(
+        codes=frozenset(codes),
+        models=frozenset(models),
+        numbers=frozenset(numbers),
+        quantities=frozenset(quantities),
+        variants=frozenset(variants),
+        generations=frozenset(generations),
+        words=words,
+    )
+
+
+def code_core(code: str) -> str:
+    """The stretch from a code's first to its last digit: "ue55nu8000txxu" -> "55nu8000".
+
+    Sellers add or drop region prefixes and suffixes ("ue55nu8000", "ue55nu8000txxu",
+    "55nu8000" are one TV), so candidate blocking keys on this core.
+    """
+    first = next(i for i, ch in enumerate(code) if ch.isdigit())
+    last = max(i for i, ch in enumerate(code) if ch.isdigit())
+    return code[first : last + 1]
+
+
+def codes_compatible(a: str, b: str) -> bool:
+    """Same model code up to region prefixes and suffixes: equal, or the shorter (>= 5 chars)
+    contained in the longer ("55nu8000" in "ue55nu8000txxu"). A strict equality veto removed
+    8,401 true PriceRunner pairs (issue 3)."""
+    if a == b:
+        return True
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    return len(short) >= 5 and short in long
+
+
+def code_keys(code: str) -> set[str]:
+    """Blocking keys of a code, so compatible codes share one: the code, its digit core, its
+    prefixes of >= 5 chars, and the same for the code without a leading size ("55uk6500pla")."""
+    keys = set()
+    forms = {code}
+    if code[:2].isdigit() and len(code) >= 7 and code[2].isalpha():
+        forms.add(code[2:])
+    for form in forms:
+        keys.add(form)
+        keys.update(form[:n] for n in range(5, len(form)))
+    if any(ch.isdigit() for ch in code):
+        core = code_core(code)
+        if len(core) >= 4:
+            keys.add(core)
+    return keys
+
+
+def _grams(code: str, n: int = 4) -> set[str]:
+    return {code[i : i + n] for i in range(len(code) - n + 1) if any(c.isdigit() for c in code[i : i + n])}
+
+
+def compare_codes(a: Attributes, b: Attributes) -> tuple[bool, bool]:
+    """(shared, conflicting) model codes of two titles.
+
+    Shared: some pair of codes is compatible (`codes_compatible`). Conflicting: two codes of
+    one family differ ("ue55nu8000" vs "ue65nu8000": incompatible yet sharing a 4-gram with a
+    digit), or each title has a code the other cannot match ("i7 2600k" vs "i7 3770" sharing
+    only a socket number). A conflict cancels a shared code: one common accessory or seller
+    code ("wc01") must not merge two TVs.
+    """
+    if not a.codes or not b.codes:
+        return False, False
+    matched_a, matched_b, near_miss = set(), set(), False
+    for x in a.codes:
+        for y in b.codes:
+            if codes_compatible(x, y):
+                matched_a.add(x)
+                matched_b.add(y)
+            elif not near_miss and _grams(x) & _grams(y):
+                near_miss = True
+    conflicting = near_miss or (len(matched_a) < len(a.codes) and len(matched_b) < len(b.codes))
+    return bool(matched_a) and not conflicting, conflicting
+
+
+def codes_match(a: Attributes, b: Attributes) -> bool:
+    """True when the two titles share a model code and no code conflicts."""
+    return compare_codes(a, b)[0]
+
+
+def _quantity_conflict(a: Attributes, b: Attributes) -> str | None:
+    """The first unit class both titles state with no value in common ("bytes": 64 vs 256)."""
+    by_unit_a: dict[str, set[float]] = {}
+    for unit, value in a.quantities:
+        by_unit_a.setdefault(unit, set()).add(value)
+    by_unit_b: dict[str, set[float]] = {}
+    for unit, value in b.quantities:
+        by_unit_b.setdefault(unit, set()).add(value)
+    for unit in sorted(by_unit_a.keys() & by_unit_b.keys()):
+        if by_unit_a[unit].isdisjoint(by_unit_b[unit]):
+            return f"{unit}_conflict"
+    return None
+
+
+def conflict(a: Attributes, b: Attributes) -> str | None:
+    """Why two titles cannot be one product, or None: the veto reason recorded per pair.
+
+    A shared model code outranks the weaker digit-less cues (marketing words such as "ultra"
+    appear in one seller's title and not another's), but never a conflicting quantity or
+    generation marker.
+    """
+    shared_code, code_conflict = compare_codes(a, b)
+    if code_conflict or (a.codes and b.codes and not shared_code):
+        return "model_code_conflict"
+    reason = _quantity_conflict(a, b)
+    if reason:
+        return reason
+    if a.generations != b.generations:
+        return "generation_conflict"
+    if shared_code:
+        return None
+    if a.models and b.models and a.models.isdisjoint(b.models):
+        return "model_token_conflict"
+    if a.variants != b.variants:
+        return "variant_conflict"
+    if a.numbers and b.numbers and a.numbers.isdisjoint(b.numbers):
+        return "number_conflict"
+    return None
+
+
+def jaccard(a: Attributes, b: Attributes) -> float:
+    """Jaccard similarity of the two titles' word sets (colour words excluded)."""
+    if not a.words and not b.words:
+        return 1.0
+    return len(a.words & b.words) / len(a.words | b.words)

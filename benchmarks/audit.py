@@ -1,0 +1,169 @@
+"""False negatives in sentence-transformers' `mine_hard_negatives` output vs pairsieve's shards.
+
+One click log is derived from PriceRunner (`datasets.clicklog.derive_clicks` over
+`datasets.pricerunner.load_catalog`). Two training sets are made from it:
+
+* sentence-transformers 6.2 `mine_hard_negatives` over the (query, clicked title) pairs with the
+  whole catalog as corpus, the bundled MiniLM, n-tuple output (a product-blind miner: it only
+  skips the positive's own text);
+* pairsieve's build (ingest → cluster → mine → shards) of the same clicks and catalog.
+
+Both are then audited by `pairsieve.audit.run` (what `pairsieve audit --dataset … --catalog …`
+runs) with the same catalog, so both rates use the same product clustering; the script also
+counts false negatives against PriceRunner's ground-truth product ids as a cross-check.
+
+    .venv/bin/python benchmarks/audit.py [--data /work/shared/data] [--work /tmp/ps-audit-bench]
+
+Prints a markdown block for benchmarks/RESULTS.md. Target: pairsieve's rate <= 1/5 of ST's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import time
+from pathlib import Path
+
+import polars as pl
+
+from pairsieve import audit, report, steps
+from pairsieve import schemas as S
+from pairsieve.config import PairsieveConfig
+from pairsieve.datasets import clicklog, pricerunner
+from pairsieve.embed import bundled_model_path, load_encoder
+
+NUM_NEGATIVES = 5
+
+
+def prepare_inputs(data: Path, work: Path, seed: int) -> tuple[Path, Path]:
+    catalog = pricerunner.load_catalog(data)
+    clicks = clicklog.derive_clicks(catalog, seed=seed)
+    work.mkdir(parents=True, exist_ok=True)
+    catalog.write_parquet(work / "catalog.parquet")
+    clicks.write_parquet(work / "clicks.parquet")
+    return work / "catalog.parquet", work / "clicks.parquet"
+
+
+def st_dataset(catalog_path: Path, clicks_path: Path, out: Path) -> tuple[Path, float]:
+    """sentence-transformers' own miner over the clicked pairs; returns (parquet, seconds)."""
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.util import mine_hard_negatives
+
+    if out.exists():
+        return out, 0.0
+    catalog = pl.read_parquet(catalog_path)
+    pairs = (
+        pl.read_parquet(clicks_path)
+        .select(S.QUERY, S.LISTING_ID)
+        .unique()
+        .join(catalog.select(S.LISTING_ID, S.TITLE), on=S.LISTING_ID)
+        .sort(S.QUERY, S.LISTING_ID)
+    )
+    dataset = Dataset.from_dict(
+        {S.ANCHOR: pairs[S.QUERY].to_list(), S.POSITIVE: pairs[S.TITLE].to_list()}
+    )
+    model = SentenceTransformer(bundled_model_path(), device="cpu")
+    model.max_seq_length = 64
+    started = time.perf_counter()
+    mined = mine_hard_negatives(
+        dataset,
+        model,
+        corpus=catalog[S.TITLE].unique().sort().to_list(),
+        num_negatives=NUM_NEGATIVES,
+        output_format="n-tuple",
+        batch_size=128,
+        use_faiss=True,
+        verbose=False,
+    )
+    seconds = time.perf_counter() - started
+    mined.to_parquet(str(out))
+    return out, seconds
+
+
+def pairsieve_build(cfg: PairsieveConfig, catalog: Path, clicks: Path, run_dir: Path) -> dict:
+    timings = {}
+    for name, step in (
+        ("ingest", lambda: steps.ingest_step(cfg, [str(clicks)], [str(catalog)], run_dir)),
+        ("cluster", lambda: steps.cluster_step(cfg, run_dir)),
+        ("mine", lambda: steps.mine_step(cfg, run_dir)),
+        ("shards", lambda: steps.shards_step(cfg, run_dir)),
+        ("report", lambda: steps.report_step(cfg, run_dir)),
+    ):
+        started = time.perf_counter()
+        result = step()
+        timings[name] = round(time.perf_counter() - started, 1)
+        logging.info("%s", result.summary())
+    return timings
+
+
+def truth_rate(dataset: Path, catalog: Path) -> float:
+    """Share of negatives whose ground-truth product is the positive's (titles -> truth ids)."""
+    data, _ = audit.read_dataset(dataset)
+    truth = (
+        pl.read_parquet(catalog)
+        .sort(S.LISTING_ID)
+        .unique(S.TITLE, keep="first")
+        .select(S.TITLE, S.TRUE_PRODUCT_ID)
+    )
+    lookup = dict(zip(truth[S.TITLE].to_list(), truth[S.TRUE_PRODUCT_ID].to_list(), strict=True))
+    hits = total = 0
+    for positive, negatives in zip(
+        data[S.POSITIVE].to_list(), data[audit.NEGATIVES].to_list(), strict=True
+    ):
+        p = lookup.get(positive)
+        total += len(negatives)
+        hits += sum(p is not None and lookup.get(n) == p for n in negatives)
+    return hits / total if total else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", type=Path, default=Path("/work/shared/data"))
+    parser.add_argument("--work", type=Path, default=Path("/tmp/ps-audit-bench"))
+    parser.add_argument("--seed", type=int, default=13)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    cfg = PairsieveConfig().with_(
+        **{
+            "seed": args.seed,
+            "ingest.truth_column": S.TRUE_PRODUCT_ID,
+            "mine.num_negatives": NUM_NEGATIVES,
+        }
+    )
+    catalog, clicks = prepare_inputs(args.data, args.work, args.seed)
+    build_s = pairsieve_build(cfg, catalog, clicks, args.work / "build")
+    st_path, st_s = st_dataset(catalog, clicks, args.work / "st_mined.parquet")
+    encoder = load_encoder(cfg.embed)
+    results = {}
+    for name, dataset in (
+        ("sentence-transformers", st_path),
+        ("pairsieve shards", args.work / "build" / "shards"),
+    ):
+        started = time.perf_counter()
+        out = args.work / f"audit-{name.split()[0]}"
+        result = audit.run(cfg, dataset, catalog, out, encoder)
+        rep = report.load_report(out)
+        results[name] = {
+            "rows": result.rows_out,
+            "false_negative_rate": rep["false_negative_rate"],
+            "exact_copy_rate": rep["audit"]["figures"]["exact_copy_rate"],
+            "truth_false_negative_rate": truth_rate(dataset, catalog),
+            "audit_s": round(time.perf_counter() - started, 1),
+        }
+    st_rate = results["sentence-transformers"]["false_negative_rate"]
+    ps_rate = results["pairsieve shards"]["false_negative_rate"]
+    summary = {
+        "results": results,
+        "ratio_pairsieve_to_st": ps_rate / st_rate if st_rate else None,
+        "target_met": ps_rate <= st_rate / 5,
+        "build_s": build_s,
+        "st_mine_s": round(st_s, 1),
+    }
+    (args.work / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

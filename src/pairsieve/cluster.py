@@ -1,0 +1,505 @@
+"""Listings -> product ids: candidates, verification with vetoes, clustering without chaining.
+
+Measured on PriceRunner (issue 3): connected components over any single similarity signal score
+pairwise F1 0.001-0.10, because one bridge pair chains "iPhone 8 64GB" to "iPhone 8 256GB" to
+"iPhone 8 Plus", and titles such as "washing machine" glue unrelated products. So:
+
+1. Listings with the same normalised title form one *node* (unless the title is
+   low-information, see `text.Attributes.informative`; those stay single listings).
+2. Candidate node pairs come from four signals: exact title, MinHash LSH over shingles, a shared
+   model-code core ("ue55nu8000" ~ "ue55nu8000txxu" ~ "55nu8000", blocked so very common codes
+   are skipped), and faiss kNN over sentence embeddings of the raw titles.
+3. Each candidate is scored (word Jaccard, cosine) and vetoed when extracted attributes conflict
+   (model code, capacity/size, generation, variant word, number); the reason is recorded.
+4. Accepted pairs are merged by constrained average linkage (`agglomerate`): two clusters merge
+   only when the mean score over *all* their cross pairs reaches `link_threshold` and no cross
+   pair is vetoed, in descending linkage order. A single bridge pair cannot chain two products.
+5. A product id is ``"p" + stable_hash(smallest member listing_id)``: a function of the members
+   only, so shuffled input yields byte-identical output.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from pairsieve import io, minhash, text
+from pairsieve import schemas as S
+from pairsieve.config import ClusterConfig, PairsieveConfig
+from pairsieve.errors import PairsieveError
+from pairsieve.stage import StageResult
+
+if TYPE_CHECKING:
+    from pairsieve.embed import Encoder
+
+log = logging.getLogger(__name__)
+
+_NODE = "_node"
+_KEY = "_key"
+_INFO = "_informative"
+SIGNAL_ORDER = ("exact", "code", "minhash", "embedding")
+
+
+# --- nodes ---------------------------------------------------------------------------------------
+
+
+def prepare(listings: pl.DataFrame) -> pl.DataFrame:
+    """Listings sorted by id with ``title_norm`` and a node index (one per distinct title).
+
+    Raises:
+        PairsieveError: ``missing_column`` when ``listing_id`` or ``title`` is absent.
+    """
+    for column in S.CATALOG_REQUIRED:
+        if column not in listings.columns:
+            raise PairsieveError("missing_column", "catalog lacks a required column", column=column)
+    frame = listings.with_columns(pl.col(S.LISTING_ID).cast(pl.String))
+    if S.TITLE_NORM not in frame.columns:
+        frame = frame.with_columns(text.normalize_expr(pl.col(S.TITLE)).alias(S.TITLE_NORM))
+    brand = (
+        text.normalize_expr(pl.col(S.BRAND).cast(pl.String)).fill_null("")
+        if S.BRAND in frame.columns
+        else pl.lit("")
+    )
+    frame = frame.select(S.LISTING_ID, S.TITLE, S.TITLE_NORM, brand.alias(S.BRAND))
+    frame = frame.sort(S.LISTING_ID)
+    informative = [text.extract_attributes(t).informative for t in frame[S.TITLE_NORM].to_list()]
+    frame = frame.with_columns(pl.Series(_INFO, informative, dtype=pl.Boolean))
+    # Low-information titles key on their own listing id: identical text is no evidence.
+    key = pl.when(pl.col(_INFO)).then(
+        pl.concat_str([pl.col(S.TITLE_NORM), pl.col(S.BRAND)], separator="\x1f")
+    ).otherwise(pl.concat_str([pl.lit("\x00"), pl.col(S.LISTING_ID)]))
+    frame = frame.with_columns(key.alias(_KEY))
+    node_keys = frame.select(pl.col(_KEY).unique().sort()).with_row_index(_NODE)
+    return frame.join(node_keys, on=_KEY, how="left").drop(_KEY).sort(S.LISTING_ID)
+
+
+def node_table(frame: pl.DataFrame) -> pl.DataFrame:
+    """One row per node in node order: representative (smallest) listing, title, brand, count."""
+    return (
+        frame.group_by(_NODE)
+        .agg(
+            pl.col(S.LISTING_ID).first(),
+            pl.col(S.TITLE).first(),
+            pl.col(S.TITLE_NORM).first(),
+            pl.col(S.BRAND).first(),
+            pl.col(_INFO).first(),
+            pl.len().alias("count"),
+        )
+        .sort(_NODE)
+    )
+
+
+# --- candidates ----------------------------------------------------------------------------------
+
+
+def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
+    """Codes found on more than ``max_df`` distinct titles: features, not product identifiers."""
+    counts = pl.Series("code", [c for a in attrs for c in a.codes], dtype=pl.String).value_counts()
+    return set(counts.filter(pl.col("count") > max_df)["code"].to_list())
+
+
+def code_block_pairs(attrs: list[text.Attributes], max_block: int) -> tuple[np.ndarray, int]:
+    """Node pairs sharing a model-code blocking key (`text.code_keys`); blocks over
+    ``max_block`` titles are skipped."""
+    rows, keys = [], []
+    for node, attr in enumerate(attrs):
+        for key in {k for c in attr.codes for k in text.code_keys(c)}:
+            rows.append(node)
+            keys.append(key)
+    if not rows:
+        return np.empty((0, 2), np.int64), 0
+    key_ids = pl.Series(keys).rank("dense").to_numpy().astype(np.int64)
+    pairs, skipped = minhash.pairs_within_groups(key_ids, max_block)
+    mapped = np.sort(np.asarray(rows, dtype=np.int64)[pairs], axis=1)
+    return minhash.unique_pairs(mapped[mapped[:, 0] != mapped[:, 1]]), skipped
+
+
+def minhash_pairs(cfg: ClusterConfig, titles: pl.Series, seed: int) -> tuple[np.ndarray, int]:
+    """Node pairs colliding in at least one LSH band of their MinHash signatures."""
+    shingles = pl.select(
+        minhash.shingle_expr(pl.lit(titles), cfg.shingle_kind, cfg.shingle_size)
+    ).to_series()
+    sig = minhash.signatures(shingles, cfg.num_perm, seed)
+    bands, rows = minhash.lsh_params(cfg.lsh_threshold, cfg.num_perm)
+    return minhash.lsh_pairs(sig, bands, rows, cfg.max_bucket)
+
+
+def knn_pairs(cfg: PairsieveConfig, vectors: np.ndarray) -> np.ndarray:
+    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine."""
+    from pairsieve import knn
+
+    index = knn.build_index(vectors, cfg.knn, seed=cfg.seed)
+    scores, ids = knn.search(index, vectors, cfg.cluster.knn_k + 1)
+    source = np.repeat(np.arange(len(vectors)), ids.shape[1])
+    keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
+    pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
+    pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
+    return minhash.unique_pairs(pairs)
+
+
+def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
+    """One row per distinct node pair (a < b) with the signals that proposed it ("code+minhash")."""
+    parts = [
+        pl.DataFrame({"a": p[:, 0], "b": p[:, 1], S.SIGNAL: name}, schema_overrides={"a": pl.Int64})
+        for name, p in found.items()
+        if len(p)
+    ]
+    if not parts:
+        return pl.DataFrame(schema={"a": pl.Int64, "b": pl.Int64, S.SIGNAL: pl.String})
+    rank = {name: i for i, name in enumerate(SIGNAL_ORDER)}
+    return (
+        pl.concat(parts)
+        .with_columns(pl.col(S.SIGNAL).replace_strict(rank, return_dtype=pl.Int8).alias("_rank"))
+        .sort("a", "b", "_rank")
+        .group_by("a", "b", maintain_order=True)
+        .agg(pl.col(S.SIGNAL).str.join("+"))
+    )
+
+
+# --- verification --------------------------------------------------------------------------------
+
+
+def verify(
+    cfg: ClusterConfig,
+    candidates: pl.DataFrame,
+    nodes: pl.DataFrame,
+    attrs: list[text.Attributes],
+    vectors: np.ndarray | None,
+) -> pl.DataFrame:
+    """Score every candidate and decide it: jaccard, cosine, score, accepted, veto_reason.
+
+    A pair is accepted when nothing vetoes it and either the titles share a model code or they
+    are similar enough (cosine >= accept_cosine and Jaccard >= accept_jaccard; Jaccard alone
+    when no embeddings are used). Its score (cosine, else Jaccard; 1.0 for a shared code) feeds
+    the average linkage.
+    """
+    a = candidates["a"].to_numpy()
+    b = candidates["b"].to_numpy()
+    informative = nodes[_INFO].to_numpy()
+    brands = nodes[S.BRAND].to_list()
+    cosine = (
+        np.einsum("ij,ij->i", vectors[a], vectors[b]).clip(-1, 1) if vectors is not None else None
+    )
+    jac = np.empty(len(a), dtype=np.float64)
+    shared = np.zeros(len(a), dtype=bool)
+    reasons: list[str | None] = []
+    for i, (x, y) in enumerate(zip(a.tolist(), b.tolist(), strict=True)):
+        ax, ay = attrs[x], attrs[y]
+        jac[i] = text.jaccard(ax, ay)
+        shared[i] = text.codes_match(ax, ay)
+        if not (informative[x] and informative[y]):
+            reasons.append("low_information")
+        elif brands[x] and brands[y] and brands[x] != brands[y]:
+            reasons.append("brand_conflict")
+        else:
+            reasons.append(text.conflict(ax, ay))
+    vetoed = np.array([r is not None for r in reasons], dtype=bool)
+    if cosine is not None:
+        similar = (cosine >= cfg.accept_cosine) & (jac >= cfg.accept_jaccard)
+        shared &= cosine >= cfg.code_min_cosine
+        score = np.where(shared, 1.0, cosine)
+    else:
+        similar = jac >= cfg.accept_jaccard
+        score = np.where(shared, 1.0, jac)
+    return candidates.with_columns(
+        pl.Series(S.JACCARD, jac.round(4)),
+        pl.Series(S.COSINE, cosine.round(4) if cosine is not None else None, dtype=pl.Float64),
+        pl.Series("score", score.astype(np.float64)),
+        pl.Series(S.ACCEPTED, ~vetoed & (shared | similar)),
+        pl.Series(S.VETO_REASON, reasons, dtype=pl.String),
+    )
+
+
+# --- clustering ----------------------------------------------------------------------------------
+
+
+def agglomerate(
+    counts: np.ndarray, scored: pl.DataFrame, link_threshold: float
+) -> np.ndarray:
+    """(n,) int64 cluster label (smallest member node) per node, by constrained average linkage.
+
+    Linkage of clusters A, B = sum of accepted scores over cross pairs (weighted by listings per
+    node) / (|A| * |B|); a vetoed cross pair blocks the merge for good. Clusters merge in
+    descending linkage, ties by node index, so the result is deterministic and independent of
+    input order.
+    """
+    n = len(counts)
+    size = counts.astype(np.float64).copy()
+    links: list[dict[int, list[float]]] = [{} for _ in range(n)]  # other -> [weight, vetoed]
+    for x, y, s, ok, veto in scored.select(
+        "a", "b", "score", S.ACCEPTED, pl.col(S.VETO_REASON).is_not_null()
+    ).iter_rows():
+        weight = s * counts[x] * counts[y] if ok else 0.0
+        for p, q in ((x, y), (y, x)):
+            cell = links[p].setdefault(q, [0.0, 0.0])
+            cell[0] += weight
+            cell[1] = max(cell[1], float(veto))
+    heap = [
+        (-w / (size[x] * size[y]), x, y)
+        for x in range(n)
+        for y, (w, v) in links[x].items()
+        if x < y and not v and w / (size[x] * size[y]) >= link_threshold
+    ]
+    heapq.heapify(heap)
+    parent = np.arange(n)
+    while heap:
+        neg, x, y = heapq.heappop(heap)
+        if parent[x] != x or parent[y] != y or y not in links[x]:
+            continue
+        w, v = links[x][y]
+        if v or abs(w / (size[x] * size[y]) + neg) > 1e-12:
+            continue  # stale entry: linkage changed since it was pushed
+        _merge(x, y, links, size, parent)
+        for z, (wz, vz) in links[x].items():
+            linkage = wz / (size[x] * size[z])
+            if not vz and linkage >= link_threshold:
+                heapq.heappush(heap, (-linkage, min(x, z), max(x, z)))
+    return _resolve(parent)
+
+
+def _merge(
+    x: int, y: int, links: list[dict[int, list[float]]], size: np.ndarray, parent: np.ndarray
+) -> None:
+    """Fold cluster y into x (x < y): sum cross weights, OR vetoes, repoint neighbours."""
+    parent[y] = x
+    size[x] += size[y]
+    links[x].pop(y, None)
+    for z, (w, v) in links[y].items():
+        if z == x:
+            continue
+        cell = links[x].setdefault(z, [0.0, 0.0])
+        cell[0] += w
+        cell[1] = max(cell[1], v)
+        other = links[z]
+        other.pop(y, None)
+        other[x] = cell
+    links[y] = {}
+
+
+def _resolve(parent: np.ndarray) -> np.ndarray:
+    roots = parent.copy()
+    while True:
+        nxt = roots[roots]
+        if np.array_equal(nxt, roots):
+            return roots.astype(np.int64)
+        roots = nxt
+
+
+# --- the stage -----------------------------------------------------------------------------------
+
+
+class Clustering:
+    """Everything one clustering run computed, for writing and for evaluation.
+
+    ``frame``: listings (sorted by id) with their node; ``nodes``: one row per node;
+    ``scored``: every verified candidate node pair; ``node_labels``: (n_nodes,) cluster label.
+    """
+
+    def __init__(
+        self,
+        frame: pl.DataFrame,
+        nodes: pl.DataFrame,
+        scored: pl.DataFrame,
+        node_labels: np.ndarray,
+        details: dict,
+    ) -> None:
+        self.frame = frame
+        self.nodes = nodes
+        self.scored = scored
+        self.node_labels = node_labels
+        self.details = details
+
+    def listing_labels(self) -> np.ndarray:
+        """(n_listings,) int64 cluster label per listing, in ``frame`` order."""
+        return self.node_labels[self.frame[_NODE].to_numpy()]
+
+    def components(self, signal: str | None) -> np.ndarray:
+        """Baseline: connected components over candidates carrying ``signal`` (None = exact only).
+
+        Listings with the same normalised title are always connected, as every baseline that
+        hashes or embeds titles puts identical texts together.
+        """
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        n = len(self.nodes)
+        pairs = self.scored.filter(pl.col(S.SIGNAL).str.contains(signal or "^$"))
+        same_title = (
+            self.frame.group_by(S.TITLE_NORM).agg(pl.col(_NODE).min().alias("a"), pl.col(_NODE).alias("b"))
+            .explode("b").select("a", "b")
+        )
+        edges = pl.concat([pairs.select("a", "b"), same_title.cast(pl.Int64)])
+        graph = coo_matrix(
+            (np.ones(len(edges)), (edges["a"].to_numpy(), edges["b"].to_numpy())), shape=(n, n)
+        )
+        _, labels = connected_components(graph, directed=False)
+        return labels[self.frame[_NODE].to_numpy()]
+
+
+def _embed(
+    cfg: PairsieveConfig, titles: list[str], encoder: Encoder | None
+) -> tuple[np.ndarray, dict]:
+    from pairsieve.embed import EmbeddingCache, embed_texts, load_encoder
+
+    encoder = encoder or load_encoder(cfg.embed)
+    vectors, stats = embed_texts(titles, encoder, EmbeddingCache(cfg.cache_dir, encoder.model_key))
+    return vectors, {"embedded": stats.encoded, "embedding_cache_hits": stats.cache_hits}
+
+
+def cluster_listings(
+    cfg: PairsieveConfig, listings: pl.DataFrame, encoder: Encoder | None = None
+) -> Clustering:
+    """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
+    runs the MinHash path alone (no encoder needed)."""
+    c = cfg.cluster
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    frame = prepare(listings)
+    nodes = node_table(frame)
+    attrs = [text.extract_attributes(t) for t in nodes[S.TITLE_NORM].to_list()]
+    common = common_codes(attrs, c.max_bucket)
+    attrs = [a.without_codes(common) for a in attrs]
+    timings["attributes_s"] = time.perf_counter() - started
+    details: dict = {}
+    found: dict[str, np.ndarray] = {}
+    found["code"], details["code_blocks_skipped"] = code_block_pairs(attrs, c.max_bucket)
+    found["minhash"], details["lsh_buckets_skipped"] = minhash_pairs(
+        c, nodes[S.TITLE_NORM], cfg.seed
+    )
+    timings["minhash_s"] = time.perf_counter() - started - sum(timings.values())
+    vectors = None
+    if c.use_embeddings:
+        vectors, embed_stats = _embed(cfg, nodes[S.TITLE].to_list(), encoder)
+        details.update(embed_stats)
+        found["embedding"] = knn_pairs(cfg, vectors)
+        timings["embedding_s"] = time.perf_counter() - started - sum(timings.values())
+    candidates = combine_candidates(found)
+    scored = verify(c, candidates, nodes, attrs, vectors)
+    timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
+    labels = agglomerate(nodes["count"].to_numpy(), scored, c.link_threshold)
+    timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
+    details["candidates_by_signal"] = {k: len(v) for k, v in found.items()}
+    details["candidate_pairs"] = len(scored)
+    details["accepted_pairs"] = int(scored[S.ACCEPTED].sum())
+    details["vetoes"] = dict(
+        sorted(scored.drop_nulls(S.VETO_REASON)[S.VETO_REASON].value_counts().iter_rows())
+    )
+    details["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    return Clustering(frame, nodes, scored, labels, details)
+
+
+def products_frame(result: Clustering) -> pl.DataFrame:
+    """products.parquet: listing_id, product_id, cluster_size, canonical_title, method."""
+    frame = result.frame.with_columns(pl.Series("_label", result.listing_labels()))
+    accepted = result.scored.filter(pl.col(S.ACCEPTED))
+    same = result.node_labels[accepted["a"].to_numpy()] == result.node_labels[accepted["b"].to_numpy()]
+    inside = accepted.filter(pl.Series(same)).sort("score", "a", "b", descending=[True, False, False])
+    ends = [inside.select(pl.col(end).alias(_NODE), S.SIGNAL) for end in ("a", "b")]
+    best_signal = (
+        pl.concat(ends)
+        .group_by(_NODE, maintain_order=True)
+        .agg(pl.col(S.SIGNAL).first().str.split("+").list.first().alias("_edge_method"))
+    )
+    frame = frame.join(best_signal.cast({_NODE: pl.UInt32}), on=_NODE, how="left")
+    canonical = (
+        frame.group_by("_label", S.TITLE_NORM)
+        .agg(pl.len().alias("_n"), pl.col(S.TITLE).sort_by(S.LISTING_ID).first())
+        .sort("_n", S.TITLE_NORM, descending=[True, False])
+        .group_by("_label", maintain_order=True)
+        .agg(pl.col(S.TITLE).first().alias(S.CANONICAL_TITLE))
+    )
+    out = (
+        frame.join(canonical, on="_label", how="left")
+        .with_columns(
+            pl.col(S.LISTING_ID).min().over("_label").alias("_first"),
+            pl.len().over("_label").cast(pl.Int64).alias(S.CLUSTER_SIZE),
+        )
+        .with_columns(
+            pl.col("_first").map_elements(lambda x: "p" + S.stable_hash(x), return_dtype=pl.String)
+            .alias(S.PRODUCT_ID),
+            pl.when(pl.col(S.CLUSTER_SIZE) == 1).then(pl.lit("singleton"))
+            .when(pl.col("_edge_method").is_not_null()).then(pl.col("_edge_method"))
+            .otherwise(pl.lit("exact")).alias(S.METHOD),
+        )
+    )
+    return out.select(S.LISTING_ID, S.PRODUCT_ID, S.CLUSTER_SIZE, S.CANONICAL_TITLE, S.METHOD).sort(
+        S.LISTING_ID
+    )
+
+
+def pairs_frame(result: Clustering) -> pl.DataFrame:
+    """pairs.parquet: every scored candidate (by representative listing), plus exact duplicates."""
+    reps = result.nodes[S.LISTING_ID]
+    scored = result.scored.with_columns(
+        reps.gather(result.scored["a"]).alias(S.LISTING_A),
+        reps.gather(result.scored["b"]).alias(S.LISTING_B),
+    )
+    exact = (
+        result.frame.join(result.nodes.select(_NODE, pl.col(S.LISTING_ID).alias(S.LISTING_A)), on=_NODE)
+        .filter(pl.col(S.LISTING_ID) != pl.col(S.LISTING_A))
+        .select(
+            S.LISTING_A,
+            pl.col(S.LISTING_ID).alias(S.LISTING_B),
+            pl.lit(1.0).alias(S.JACCARD),
+            pl.lit(1.0).alias(S.COSINE),
+            pl.lit("exact").alias(S.SIGNAL),
+            pl.lit(True).alias(S.ACCEPTED),
+            pl.lit(None, dtype=pl.String).alias(S.VETO_REASON),
+        )
+    )
+    columns = [S.LISTING_A, S.LISTING_B, S.JACCARD, S.COSINE, S.SIGNAL, S.ACCEPTED, S.VETO_REASON]
+    return pl.concat([scored.select(columns), exact], how="vertical_relaxed").sort(
+        S.LISTING_A, S.LISTING_B
+    )
+
+
+def read_listings(path: Path, cfg: PairsieveConfig) -> pl.DataFrame:
+    """A catalog (parquet, CSV or JSONL; file, glob or folder) read as text columns.
+
+    Raises:
+        PairsieveError: ``missing_file`` / ``unreadable_file`` / ``missing_column`` (see
+            `io.TableReader.scan`).
+    """
+    reader = io.TableReader(
+        S.CATALOG_REQUIRED, dict(cfg.ingest.catalog_columns), cfg.ingest.csv_encoding,
+        cfg.ingest.csv_separator,
+    )
+    frame, files = reader.scan(path)
+    return reader.collect(frame, files)
+
+
+def run(
+    cfg: PairsieveConfig,
+    listings: pl.DataFrame | Path,
+    out_dir: Path,
+    encoder: Encoder | None = None,
+) -> StageResult:
+    """The cluster stage: write ``products.parquet`` and ``pairs.parquet`` into ``out_dir``."""
+    frame = read_listings(Path(listings), cfg) if not isinstance(listings, pl.DataFrame) else listings
+    result = cluster_listings(cfg, frame, encoder)
+    products = products_frame(result)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    io.write_parquet(products, out_dir / S.PRODUCTS_FILE)
+    io.write_parquet(pairs_frame(result), out_dir / S.PAIRS_FILE)
+    sizes = products.group_by(S.PRODUCT_ID).len()
+    details = {
+        **result.details,
+        "products": len(sizes),
+        "largest_cluster": int(sizes["len"].max()) if len(sizes) else 0,
+        "methods": dict(sorted(products[S.METHOD].value_counts().iter_rows())),
+    }
+    return StageResult(
+        stage="cluster",
+        rows_in=len(frame),
+        rows_out=len(products),
+        timings=details.pop("timings"),
+        outputs={"products": S.PRODUCTS_FILE, "pairs": S.PAIRS_FILE},
+        details=details,
+    )

@@ -1,0 +1,195 @@
+"""How many mined "hard negatives" are really the positive's product, with and without pairsieve.
+
+On a catalog with ground-truth product ids and a click log, one retrieval is filtered four ways:
+
+* (a) ``naive``: exact-text exclusion only, what today's miners do (sentence-transformers'
+  `mine_hard_negatives` deduplicates the corpus by text and masks the query's positives);
+* (b) ``margin``: (a) plus the margin filter of ``cfg.mine`` (NV-Retriever's TopK-PercPos);
+* (c) ``product``: product exclusion with pairsieve's cluster ids, no margin;
+* (d) ``both``: product exclusion and margin, pairsieve's default;
+* optionally ``truth``: (d) with ground-truth product ids, an upper bound for the clusterer.
+
+Exact-text exclusion is expressed as "a product is a distinct title", so every variant runs the
+same `mine.filter_candidates` and differs only in its product map and margin knobs. The
+false-negative rate is the share of kept negatives whose true product equals the positive's.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import polars as pl
+
+from pairsieve import mine
+from pairsieve import schemas as S
+from pairsieve.config import PairsieveConfig
+from pairsieve.embed import EmbeddingCache, Encoder
+
+log = logging.getLogger(__name__)
+
+# name -> (product map, margin filter on?)
+VARIANTS: dict[str, tuple[str, bool]] = {
+    "a_naive": ("exact_text", False),
+    "b_margin": ("exact_text", True),
+    "c_product": ("clusters", False),
+    "d_both": ("clusters", True),
+    "e_truth_upper_bound": ("truth", True),
+}
+TARGET_FN_RATE = 0.01  # issue 4: (d) under 1% of mined negatives
+TARGET_FN_REDUCTION = 5.0  # ... and at least 5x lower than (a)
+TARGET_KEPT_SHARE = 0.90  # ... keeping at least 90% of (a)'s negatives per query
+
+
+def product_maps(
+    listings: pl.DataFrame, clusters: pl.DataFrame | None, truth_column: str
+) -> dict[str, pl.DataFrame]:
+    """(listing_id, product_id) frames: exact title, pairsieve clusters, ground truth."""
+    maps = {
+        "exact_text": listings.select(S.LISTING_ID, pl.col(S.TITLE).alias(S.PRODUCT_ID)),
+        "truth": listings.select(S.LISTING_ID, pl.col(truth_column).alias(S.PRODUCT_ID)),
+    }
+    if clusters is not None:
+        maps["clusters"] = clusters.select(S.LISTING_ID, S.PRODUCT_ID)
+    return maps
+
+
+def variant_metrics(
+    kept: pl.DataFrame, positives: pl.DataFrame, truth: pl.DataFrame, num_negatives: int
+) -> dict[str, Any]:
+    """False negatives among ``kept`` and negatives per query/pair for one variant.
+
+    ``truth`` is (listing_id, product_id) with ground-truth ids.
+    """
+    truth_of = truth.select(S.LISTING_ID, pl.col(S.PRODUCT_ID).alias("_t"))
+    judged = kept.join(
+        truth_of.rename({S.LISTING_ID: S.NEGATIVE_LISTING_ID, "_t": "_neg"}),
+        on=S.NEGATIVE_LISTING_ID, how="left",
+    ).join(
+        truth_of.rename({S.LISTING_ID: S.POSITIVE_LISTING_ID, "_t": "_pos"}),
+        on=S.POSITIVE_LISTING_ID, how="left",
+    )
+    false_negatives = int((judged["_neg"] == judged["_pos"]).sum())
+    per_query = positives.select(S.QUERY).unique().join(
+        kept.group_by(S.QUERY).len("_n"), on=S.QUERY, how="left"
+    ).with_columns(pl.col("_n").fill_null(0))
+    per_pair = positives.select(S.QUERY, S.POSITIVE_LISTING_ID).join(
+        kept.group_by(S.QUERY, S.POSITIVE_LISTING_ID).len("_n"),
+        on=[S.QUERY, S.POSITIVE_LISTING_ID], how="left",
+    ).with_columns(pl.col("_n").fill_null(0))
+    return {
+        "negatives": kept.height,
+        "false_negatives": false_negatives,
+        "false_negative_rate": false_negatives / kept.height if kept.height else 0.0,
+        "negatives_per_query": float(per_query["_n"].mean() or 0.0),
+        "negatives_per_pair": float(per_pair["_n"].mean() or 0.0),
+        "pairs_short": int((per_pair["_n"] < num_negatives).sum()),
+        "_per_query": per_query,
+    }
+
+
+def _compare_to_naive(variants: dict[str, dict[str, Any]]) -> None:
+    """Add each variant's false-negative reduction and negatives-kept share relative to (a)."""
+    naive = variants["a_naive"]
+    for metrics in variants.values():
+        rate = metrics["false_negative_rate"]
+        metrics["fn_reduction_vs_a"] = naive["false_negative_rate"] / rate if rate else None
+        metrics["kept_share_vs_a"] = (
+            metrics["negatives_per_query"] / naive["negatives_per_query"]
+            if naive["negatives_per_query"] else None
+        )
+        ratio = metrics["_per_query"].join(
+            naive["_per_query"].rename({"_n": "_a"}), on=S.QUERY
+        ).filter(pl.col("_a") > 0)
+        metrics["mean_per_query_kept_share_vs_a"] = float(
+            (ratio["_n"] / ratio["_a"]).mean() or 0.0
+        )
+    for metrics in variants.values():
+        metrics.pop("_per_query")
+
+
+def targets(variants: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's done-when check on (d)."""
+    both, naive = variants.get("d_both"), variants["a_naive"]
+    if both is None:
+        return {"met": False, "why": "no pairsieve clusters given"}
+    fn_ok = both["false_negative_rate"] < TARGET_FN_RATE
+    reduction_ok = both["false_negative_rate"] * TARGET_FN_REDUCTION <= naive["false_negative_rate"]
+    kept_ok = (both["kept_share_vs_a"] or 0.0) >= TARGET_KEPT_SHARE
+    return {
+        "d_false_negative_rate_below_1pct": fn_ok,
+        "d_at_least_5x_lower_than_a": reduction_ok,
+        "d_keeps_90pct_of_a_per_query": kept_ok,
+        "met": fn_ok and reduction_ok and kept_ok,
+    }
+
+
+def evaluate(
+    cfg: PairsieveConfig,
+    listings: pl.DataFrame,
+    clicks: pl.DataFrame,
+    clusters: pl.DataFrame | None,
+    encoder: Encoder,
+    truth_column: str = S.TRUE_PRODUCT_ID,
+) -> dict[str, Any]:
+    """Run one retrieval and every variant's filter; return the comparison as a JSON-able dict.
+
+    ``listings`` needs listing_id, title and ``truth_column``; ``clicks`` query and listing_id;
+    ``clusters`` (listing_id, product_id) from `pairsieve.cluster` (None skips (c) and (d)).
+    """
+    pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
+    cache = EmbeddingCache(cfg.cache_dir, encoder.model_key)
+    embedded = mine.embed_inputs(pairs[S.QUERY].to_list(), listings, encoder, cache)
+    scores, ids, search_info = mine.search_candidates(
+        embedded.query_vectors, embedded.listing_vectors, cfg
+    )
+    candidates = mine.candidate_table(embedded.queries, embedded.listing_ids, scores, ids)
+    positives = mine.positive_table(pairs, embedded)
+    maps = product_maps(listings, clusters, truth_column)
+    no_margin = cfg.mine.model_copy(update={"absolute_margin": None, "relative_margin": None})
+    variants: dict[str, dict[str, Any]] = {}
+    for name, (product_map, use_margin) in VARIANTS.items():
+        if product_map not in maps:
+            continue
+        mine_cfg = cfg.mine if use_margin else no_margin
+        kept, dropped = mine.filter_candidates(
+            candidates, positives, maps[product_map], mine_cfg, cfg.seed
+        )
+        variants[name] = {
+            "products": product_map,
+            "margin": use_margin,
+            **variant_metrics(kept, positives, maps["truth"], cfg.mine.num_negatives),
+            "dropped_by_reason": mine.summarise(
+                candidates, positives, kept, dropped, mine_cfg
+            )["dropped_by_reason"],
+        }
+        log.info("%s: %d negatives, false-negative rate %.4f", name,
+                 variants[name]["negatives"], variants[name]["false_negative_rate"])
+    _compare_to_naive(variants)
+    return {
+        "listings": listings.height,
+        "queries": len(embedded.queries),
+        "pairs": positives.height,
+        "mine_config": cfg.mine.model_dump(mode="json"),
+        "retrieval": {**search_info, "embedding": embedded.stats},
+        "variants": variants,
+        "targets": targets(variants),
+    }
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """A plain-text (markdown) table of the variants."""
+    lines = [
+        "| variant | products | margin | negatives | neg/query | false neg. | FN rate "
+        "| FN ÷ vs (a) | kept vs (a) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, m in result["variants"].items():
+        reduction = f"{m['fn_reduction_vs_a']:.1f}x" if m["fn_reduction_vs_a"] else "-"
+        lines.append(
+            f"| {name} | {m['products']} | {'yes' if m['margin'] else 'no'} | {m['negatives']} "
+            f"| {m['negatives_per_query']:.3f} | {m['false_negatives']} "
+            f"| {100 * m['false_negative_rate']:.2f}% | {reduction} "
+            f"| {100 * m['kept_share_vs_a']:.1f}% |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,198 @@
+"""ONNX Runtime inference of the bundled MiniLM, exported locally from its own weights.
+
+Why not sentence-transformers' ``backend="onnx"``: it loads through ``optimum``, and
+``optimum-onnx`` pins ``transformers<4.58`` while the stack runs transformers 5.x. So the model is
+exported here with ``torch.onnx`` (mean pooling and L2 normalisation inside the graph, so one
+session call returns sentence vectors), fused with onnxruntime's transformer optimizer, and
+dynamically quantised to int8 with ``onnxruntime.quantization``. Nothing is downloaded: every
+variant is derived from the safetensors weights in the model folder and kept under
+``<cache_dir>/onnx/<model fingerprint>/``.
+
+Variants (``EmbedConfig.backend``), measured in benchmarks/RESULTS.md:
+
+* ``onnx``: the plain fp32 export; identical vectors to torch (cosine 1.0000).
+* ``onnx-optimized``: attention, GELU and layer-norm fusion (the graph sentence-transformers
+  calls O3-style); still fp32.
+* ``onnx-int8``: the fused graph with int8 weights, per-channel and with reduced range: this
+  machine's CPUs have AVX2 but no VNNI, where full-range u8s8 products saturate (per-tensor
+  QInt8 without ``reduce_range`` measured a mean cosine of only 0.962 to fp32; per-channel with
+  ``reduce_range`` 0.99).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from pairsieve.config import EmbedConfig
+
+log = logging.getLogger(__name__)
+
+EXPORT_VERSION = 1  # bump when the export recipe changes: it is part of the cache namespace
+ONNX_BACKENDS = ("onnx", "onnx-optimized", "onnx-int8")
+_FILES = {
+    "onnx": "model.onnx",
+    "onnx-optimized": "model_optimized.onnx",
+    "onnx-int8": "model_int8.onnx",
+}
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def _publish(build, final: Path) -> Path:
+    """Run ``build(tmp_path)`` and rename its output into place (safe if two processes race)."""
+    if final.exists():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(f".{final.stem}-{uuid.uuid4().hex}.tmp.onnx")
+    try:
+        build(tmp)
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return final
+
+
+def _export_fp32(model_path: str, out: Path) -> None:
+    """Trace transformer + mean pooling + L2 normalisation into one ONNX graph (opset 17)."""
+    import torch
+    from transformers import AutoModel
+
+    # eager attention exports the MatMul/Softmax pattern that onnxruntime's fusion recognises
+    model = AutoModel.from_pretrained(model_path, attn_implementation="eager").eval()
+
+    class _Sentence(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # noqa: ANN001
+            hidden = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state  # (b, s, d)
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)  # (b, s, 1)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)  # (b, d)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    dummy = torch.ones(2, 8, dtype=torch.long)
+    axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
+    with torch.no_grad():
+        torch.onnx.export(
+            _Sentence(),
+            (dummy, dummy, torch.zeros_like(dummy)),
+            str(out),
+            dynamo=False,
+            input_names=list(_INPUTS),
+            output_names=["sentence_embedding"],
+            dynamic_axes={**axes, "sentence_embedding": {0: "batch"}},
+            opset_version=17,
+        )
+
+
+def _optimize(model_path: str, src: Path, out: Path) -> None:
+    """Fuse attention / GELU / layer norms (onnxruntime.transformers.optimizer, BERT rules)."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    config = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8"))
+    fused = optimize_model(
+        str(src),
+        model_type="bert",
+        num_heads=config["num_attention_heads"],
+        hidden_size=config["hidden_size"],
+        opt_level=1,
+    )
+    log.info(
+        "onnx fusion: %s", {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
+    )
+    fused.save_model_to_file(str(out))
+
+
+def _quantize(src: Path, out: Path) -> None:
+    """Dynamic int8 weights, per channel, reduced range (AVX2 without VNNI, see module doc)."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        src,
+        out,
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        reduce_range=True,
+        # fused Attention nodes come from the com.microsoft domain, where shape inference stops
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
+
+
+def model_fingerprint(model_path: str) -> str:
+    """Folder name, weight size and export version: a new model or recipe gets a new folder."""
+    folder = Path(model_path)
+    weights = sum(p.stat().st_size for p in folder.rglob("*") if p.suffix == ".safetensors")
+    return f"{folder.name}-{weights}-v{EXPORT_VERSION}"
+
+
+def ensure_onnx_model(model_path: str, export_root: Path, backend: str) -> Path:
+    """Path of the ``backend`` variant's ONNX file, exporting (once, ~10-20 s) when missing."""
+    folder = export_root / model_fingerprint(model_path)
+    plain = _publish(lambda tmp: _export_fp32(model_path, tmp), folder / _FILES["onnx"])
+    if backend == "onnx":
+        return plain
+    fused = _publish(
+        lambda tmp: _optimize(model_path, plain, tmp), folder / _FILES["onnx-optimized"]
+    )
+    if backend == "onnx-optimized":
+        return fused
+    return _publish(lambda tmp: _quantize(fused, tmp), folder / _FILES["onnx-int8"])
+
+
+class OnnxEncoder:
+    """Sentence vectors from an onnxruntime session and the model's own fast tokenizer.
+
+    Texts are sorted by length before batching so each batch pads only to its own longest text
+    (what ``SentenceTransformer.encode`` does too), then returned in input order.
+    """
+
+    def __init__(self, onnx_file: Path, model_path: str, cfg: EmbedConfig, model_key: str) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.model_key = model_key
+        self._tokenizer = Tokenizer.from_file(str(Path(model_path) / "tokenizer.json"))
+        self._tokenizer.enable_truncation(cfg.max_seq_length)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = cfg.num_threads  # 0 = one per core
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self._session = ort.InferenceSession(
+            str(onnx_file), options, providers=["CPUExecutionProvider"]
+        )
+        self._batch_size = cfg.batch_size
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """(n,) texts -> (n, d) float32 unit vectors."""
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        chunks = []
+        for start in range(0, len(texts), self._batch_size):
+            batch = self._tokenizer.encode_batch(
+                [texts[i] for i in order[start : start + self._batch_size]]
+            )
+            ids = np.array([e.ids for e in batch], dtype=np.int64)  # (b, s)
+            mask = np.array([e.attention_mask for e in batch], dtype=np.int64)  # (b, s)
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            chunks.append(self._session.run(None, feed)[0])
+        if not chunks:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        vectors = np.empty((len(texts), chunks[0].shape[1]), dtype=np.float32)
+        vectors[order] = np.concatenate(chunks)
+        # int8 graphs drift slightly off the unit sphere; downstream treats dot products as cosines
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True).clip(min=1e-12)
+        return vectors
+
+    @property
+    def dimension(self) -> int:
+        """Width of the output vectors."""
+        return int(self._session.get_outputs()[0].shape[1] or 0)

@@ -1,0 +1,122 @@
+"""Clustering behaviour with the real bundled encoder on small fixtures of real titles."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pairsieve import cluster
+from pairsieve import schemas as S
+from pairsieve.config import PairsieveConfig
+
+TITLES = {
+    # one product, three sellers
+    "a1": ("apple iphone 8 64gb silver", "P8-64"),
+    "a2": ("Apple iPhone 8 64 GB Silber", "P8-64"),
+    "a3": ("apple mq6h2b/a iphone 8 64gb 4.7 12mp sim free smartphone in silver", "P8-64"),
+    # its variants: capacity and model word
+    "b1": ("apple iphone 8 256gb silver", "P8-256"),
+    "b2": ("apple iphone 8 256 gb space grey", "P8-256"),
+    "c1": ("apple iphone 8 plus 64gb silver", "P8P-64"),
+    # one TV under region-suffixed codes
+    "t1": ("samsung ue55nu8000 55 8 series flat led tv", "TV55"),
+    "t2": ("samsung ue55nu8000txxu 55 inch 4k hdr smart tv", "TV55"),
+    "t3": ("samsung ue65nu8000 65 8 series flat led tv", "TV65"),
+    # low-information titles: never merged on text alone
+    "w1": ("washing machine", "W1"),
+    "w2": ("washing machine", "W2"),
+}
+
+
+def catalog() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            S.LISTING_ID: list(TITLES),
+            S.TITLE: [t for t, _ in TITLES.values()],
+            "true_product_id": [p for _, p in TITLES.values()],
+        }
+    )
+
+
+@pytest.fixture
+def cfg(session_cache_dir) -> PairsieveConfig:
+    return PairsieveConfig().with_(cache_dir=str(session_cache_dir))
+
+
+def groups(products: pl.DataFrame) -> set[frozenset[str]]:
+    return {
+        frozenset(g)
+        for g in products.group_by(S.PRODUCT_ID).agg(pl.col(S.LISTING_ID))[S.LISTING_ID].to_list()
+    }
+
+
+def test_products_keep_variants_apart(cfg, encoder, tmp_path) -> None:
+    result = cluster.run(cfg, catalog(), tmp_path, encoder)
+    products = pl.read_parquet(tmp_path / S.PRODUCTS_FILE)
+    assert groups(products) == {
+        frozenset({"a1", "a2", "a3"}), frozenset({"b1", "b2"}), frozenset({"c1"}),
+        frozenset({"t1", "t2"}), frozenset({"t3"}), frozenset({"w1"}), frozenset({"w2"}),
+    }
+    assert result.rows_in == result.rows_out == len(TITLES) and result.balanced()
+    by_id = {r[S.LISTING_ID]: r for r in products.iter_rows(named=True)}
+    assert by_id["w1"][S.METHOD] == "singleton"
+    assert by_id["t1"][S.METHOD] == "code" and by_id["t1"][S.CLUSTER_SIZE] == 2
+    assert by_id["a1"][S.PRODUCT_ID] == "p" + S.stable_hash("a1")
+
+
+def test_veto_reasons_recorded(cfg, encoder, tmp_path) -> None:
+    cluster.run(cfg, catalog(), tmp_path, encoder)
+    pairs = pl.read_parquet(tmp_path / S.PAIRS_FILE)
+    reason = {
+        (a, b): r for a, b, r in pairs.select(S.LISTING_A, S.LISTING_B, S.VETO_REASON).iter_rows()
+    }
+    assert reason[("a1", "b1")] == "bytes_conflict"
+    assert reason[("a1", "c1")] == "variant_conflict"
+    assert reason[("t1", "t3")] == "model_code_conflict"
+    assert reason[("w1", "w2")] == "low_information"
+    assert not pairs.filter(pl.col(S.VETO_REASON).is_not_null())[S.ACCEPTED].any()
+
+
+def test_shuffled_input_gives_identical_bytes(cfg, encoder, tmp_path) -> None:
+    cluster.run(cfg, catalog(), tmp_path / "a", encoder)
+    cluster.run(cfg, catalog().sample(fraction=1.0, shuffle=True, seed=5), tmp_path / "b", encoder)
+    for name in (S.PRODUCTS_FILE, S.PAIRS_FILE):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_truth_column_is_never_read(cfg, encoder, tmp_path) -> None:
+    scrambled = catalog().with_columns(pl.lit("same").alias("true_product_id"))
+    cluster.run(cfg, catalog(), tmp_path / "a", encoder)
+    cluster.run(cfg, scrambled, tmp_path / "b", encoder)
+    a = (tmp_path / "a" / S.PRODUCTS_FILE).read_bytes()
+    assert a == (tmp_path / "b" / S.PRODUCTS_FILE).read_bytes()
+
+
+def _scored(rows: list[tuple[int, int, float, bool, str | None]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        rows, schema=["a", "b", "score", S.ACCEPTED, S.VETO_REASON], orient="row"
+    )
+
+
+def test_bridge_pair_does_not_chain_two_products() -> None:
+    # products {0,1,2} and {3,4,5}, each fully linked, joined by one strong bridge 2-3
+    rows = [(i, j, 0.95, True, None) for i, j in [(0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5)]]
+    rows.append((2, 3, 0.99, True, None))
+    labels = cluster.agglomerate(np.ones(6, dtype=np.int64), _scored(rows), link_threshold=0.5)
+    assert labels.tolist() == [0, 0, 0, 3, 3, 3]
+    chained = cluster.agglomerate(np.ones(6, dtype=np.int64), _scored(rows), link_threshold=0.05)
+    assert len(set(chained.tolist())) == 1  # what connected components would do
+
+
+def test_veto_blocks_merge_for_good() -> None:
+    rows = [(0, 1, 0.9, True, None), (1, 2, 0.9, True, None), (0, 2, 0.5, False, "bytes_conflict")]
+    labels = cluster.agglomerate(np.ones(3, dtype=np.int64), _scored(rows), link_threshold=0.1)
+    assert labels[0] != labels[2]
+
+
+def test_missing_title_column_is_a_clear_error(cfg, tmp_path) -> None:
+    from pairsieve.errors import PairsieveError
+
+    with pytest.raises(PairsieveError, match="title"):
+        cluster.run(cfg, pl.DataFrame({S.LISTING_ID: ["x"]}), tmp_path)

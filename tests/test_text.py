@@ -1,0 +1,98 @@
+"""Normalisation and attribute extraction on real PriceRunner / Abt-Buy titles."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from pairsieve import text
+
+
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        ("Apple iPhone 8 Plus 64 GB Spacegrau", "apple iphone 8 plus 64gb spacegrau"),
+        ("Samsung  Galaxy S9\u00a0128-gb", "samsung galaxy s9 128gb"),
+        ("Bosch WAW325H0GB 9 kg 1600 RPM", "bosch waw325h0gb 9kg 1600rpm"),
+        ("Ｓｏｎｙ KD-49XF8096", "sony kd-49xf8096"),
+    ],
+)
+def test_normalize_glues_units_and_keeps_digits(raw: str, want: str) -> None:
+    assert text.normalize(raw) == want
+    assert pl.select(text.normalize_expr(pl.lit(raw))).item() == want
+
+
+def attrs(title: str) -> text.Attributes:
+    return text.extract_attributes(text.normalize(title))
+
+
+def test_attributes_of_a_phone_title() -> None:
+    a = attrs("apple mq8n2b/a iphone 8 plus 64gb 5.5 12mp sim free smartphone in gold")
+    assert "mq8n2b" in a.codes  # region suffix "/a" dropped
+    assert ("bytes", 64.0) in a.quantities and ("pixels", 12.0) in a.quantities
+    assert a.variants == {"plus"}
+    assert "8" in a.numbers
+    assert "gold" not in a.words  # colour words do not count towards Jaccard
+
+
+def test_plus_sign_and_generations() -> None:
+    assert attrs("samsung galaxy s8+ 64gb").variants == {"plus"}
+    assert attrs("canon eos 6d mark ii").generations == {"ii"}
+    assert attrs("canon eos 6d mk 2 dslr camera body").generations == {"ii"}
+    assert attrs("sony cyber shot rx100 mk4").generations == {"iv"}
+
+
+def test_codes_split_hyphenated_and_spaced() -> None:
+    assert "i78700k" in attrs("intel core i7-8700k 3.7ghz").codes
+    assert "gnp2713" in attrs("liebherr gnp 2713 freestanding freezer").codes
+    assert "55uk6500" in attrs("lg 55 uk6500 4k ultra hd").codes
+    assert "rsaav22p1" in attrs("hotpoint rsaav22p.1 fridge white").codes
+
+
+def test_tb_and_gb_compare_as_one_unit() -> None:
+    assert attrs("seagate 1tb drive").quantities == attrs("seagate 1000 gb drive").quantities
+
+
+def test_low_information_titles() -> None:
+    assert not attrs("washing machine").informative
+    assert not attrs("1400rpm washing machine 9kg load class a white").informative
+    assert not attrs("hotpoint free standing washing machine in white").informative
+    assert attrs("smeg st523 dishwasher").informative
+    assert attrs("apple iphone xs 256gb silver").informative
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("ue55nu8000", "ue55nu8000txxu"),
+        ("55nu8000", "ue55nu8000t"),
+        ("55pus6503", "55pus6503"),
+    ],
+)
+def test_code_suffixes_are_compatible(a: str, b: str) -> None:
+    assert text.codes_compatible(a, b)
+    assert text.code_keys(a) & text.code_keys(b)
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "reason"),
+    [
+        ("apple iphone 8 64gb silver", "apple iphone 8 256gb silver", "bytes_conflict"),
+        ("apple iphone 8 64gb silver", "apple iphone 8 plus 64gb silver", "variant_conflict"),
+        ("sony rx100 iv", "sony rx100 vi", "generation_conflict"),
+        ("panasonic lx100", "panasonic lx100 mark ii", "generation_conflict"),
+        ("samsung ue55nu8000", "samsung ue65nu8000", "model_code_conflict"),
+        ("samsung galaxy s8 64gb", "samsung galaxy s9 64gb", "model_token_conflict"),
+        ("apple iphone 7 32gb", "apple iphone 8 32gb", "number_conflict"),
+    ],
+)
+def test_conflicts_name_their_reason(left: str, right: str, reason: str) -> None:
+    assert text.conflict(attrs(left), attrs(right)) == reason
+
+
+def test_shared_code_overrides_marketing_words_not_quantities() -> None:
+    a = attrs("hotpoint nm10944ww ultra efficient 9kg washing machine")
+    b = attrs("hotpoint nm10944wwuk 9kg 1400 spin washing machine")
+    assert text.conflict(a, b) is None
+    c = attrs("hotpoint nm10944ww 8kg washing machine")
+    assert text.conflict(a, c) == "mass_conflict"
