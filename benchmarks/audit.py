@@ -8,6 +8,12 @@ One click log is derived from PriceRunner (`datasets.clicklog.derive_clicks` ove
   skips the positive's own text);
 * pairsieve's build (ingest → cluster → mine → shards) of the same clicks and catalog.
 
+sentence-transformers would embed the 41k texts itself at ~7 texts/s on this shared 2-core machine
+(over an hour), so its own ``cache_folder`` mechanism is fed instead: the same bundled MiniLM's
+vectors from pairsieve's embedding cache (max_seq_length 64, unit norm) are saved under the file
+names `mine_hard_negatives` computes for its de-duplicated queries and corpus. The mining itself
+(retrieval, positive skipping, top-k selection) is sentence-transformers' code, unchanged.
+
 Both are then audited by `pairsieve.audit.run` (what `pairsieve audit --dataset … --catalog …`
 runs) with the same catalog, so both rates use the same product clustering; the script also
 counts false negatives against PriceRunner's ground-truth product ids as a cross-check.
@@ -20,18 +26,20 @@ Prints a markdown block for benchmarks/RESULTS.md. Target: pairsieve's rate <= 1
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from pairsieve import audit, report, steps
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog, pricerunner
-from pairsieve.embed import bundled_model_path, load_encoder
+from pairsieve.embed import EmbeddingCache, bundled_model_path, embed_texts, load_encoder
 
 NUM_NEGATIVES = 5
 
@@ -66,20 +74,45 @@ def st_dataset(catalog_path: Path, clicks_path: Path, out: Path) -> tuple[Path, 
     )
     model = SentenceTransformer(bundled_model_path(), device="cpu")
     model.max_seq_length = 64
+    corpus = catalog[S.TITLE].unique().sort().to_list()
+    cache_folder = out.parent / "st-cache"
+    seed_st_cache(model, dataset, corpus, cache_folder)
     started = time.perf_counter()
     mined = mine_hard_negatives(
         dataset,
         model,
-        corpus=catalog[S.TITLE].unique().sort().to_list(),
+        corpus=corpus,
         num_negatives=NUM_NEGATIVES,
         output_format="n-tuple",
         batch_size=128,
         use_faiss=True,
-        verbose=False,
+        cache_folder=str(cache_folder),
+        verbose=True,
     )
     seconds = time.perf_counter() - started
     mined.to_parquet(str(out))
     return out, seconds
+
+
+def seed_st_cache(model, dataset, corpus: list[str], folder: Path) -> None:
+    """Write pairsieve-cached vectors where `mine_hard_negatives(cache_folder=...)` looks for them
+    (its file names hash the model name, prompts and de-duplicated text lists, see
+    sentence_transformers/util/hard_negatives.py)."""
+    queries = list(dict.fromkeys(dataset[S.ANCHOR]))
+    full_corpus = list(dict.fromkeys(corpus + list(dataset[S.POSITIVE])))
+    name = model.model_card_data.base_model or ""
+    encoder = load_encoder(PairsieveConfig().embed)
+    cache = EmbeddingCache(PairsieveConfig().cache_dir, encoder.model_key)
+    folder.mkdir(parents=True, exist_ok=True)
+    for kind, texts in (("query", queries), ("corpus", full_corpus)):
+        digest = hashlib.sha256(
+            repr((name, None, None, texts)).encode(), usedforsecurity=False
+        ).hexdigest()
+        target = folder / f"{kind}_embeddings_{digest}.npy"
+        if not target.exists():
+            vectors, stats = embed_texts(texts, encoder, cache)
+            logging.info("%s: %s", kind, stats)
+            np.save(target, vectors)
 
 
 def pairsieve_build(cfg: PairsieveConfig, catalog: Path, clicks: Path, run_dir: Path) -> dict:

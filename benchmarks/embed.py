@@ -41,9 +41,7 @@ VARIANTS: dict[str, dict] = {
     "onnx": {"backend": "onnx"},
     "onnx-optimized": {"backend": "onnx-optimized"},
     "onnx-int8": {"backend": "onnx-int8"},
-    "onnx-int8 batch 32": {"backend": "onnx-int8", "batch_size": 32},
     "onnx-int8 seq 32": {"backend": "onnx-int8", "max_seq_length": 32},
-    "onnx-int8 seq 48": {"backend": "onnx-int8", "max_seq_length": 48},
 }
 
 

@@ -136,6 +136,7 @@ def train(args: argparse.Namespace, model, output_dir: str) -> dict:
         logging_steps=max(1, args.steps // 5),
         disable_tqdm=True,
         dataloader_drop_last=True,
+        dataloader_pin_memory=False,
     )
     loss = MaskedMultipleNegativesRankingLoss(model, scale=1.0 / args.temperature)
     trainer = SentenceTransformerTrainer(

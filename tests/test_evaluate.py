@@ -18,16 +18,22 @@ def _brute(pred: list[int], true: list[int]) -> dict[str, float]:
     correct = len(same_pred & same_true)
     p = correct / len(same_pred) if same_pred else 1.0
     r = correct / len(same_true) if same_true else 1.0
-    b3p = sum(
-        sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
-        / sum(pred[j] == pred[i] for j in range(n))
-        for i in range(n)
-    ) / n
-    b3r = sum(
-        sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
-        / sum(true[j] == true[i] for j in range(n))
-        for i in range(n)
-    ) / n
+    b3p = (
+        sum(
+            sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
+            / sum(pred[j] == pred[i] for j in range(n))
+            for i in range(n)
+        )
+        / n
+    )
+    b3r = (
+        sum(
+            sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
+            / sum(true[j] == true[i] for j in range(n))
+            for i in range(n)
+        )
+        / n
+    )
     return {"p": p, "r": r, "b3p": b3p, "b3r": b3r}
 
 

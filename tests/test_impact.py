@@ -171,3 +171,14 @@ def test_realised_collisions_count_hard_negatives_of_any_row():
     assert realised["colliding_pairs"] == 0
     assert realised["hard_negative_false_negatives_per_anchor"] == pytest.approx(2 / 4)
     assert realised["dirty_batches"] == 2
+
+
+def test_clean_probabilities_for_many_batch_sizes_match_single_runs():
+    rng = np.random.default_rng(3)
+    sizes = np.concatenate([np.ones(40, int), rng.integers(2, 9, size=30)])
+    together = impact.clean_batch_probabilities(sizes, [2, 8, 30, 10_000])
+    assert together[10_000] is None
+    for b in (2, 8, 30):
+        assert together[b] == pytest.approx(impact.p_batch_clean(sizes, b))
+    # two rows: P(clean) = 1 - κ exactly
+    assert together[2] == pytest.approx(1 - impact.collision_rate(sizes))

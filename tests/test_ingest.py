@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from pathlib import Path
 
 import fsspec
@@ -33,6 +34,7 @@ from pairsieve.schemas import (
     TABLE,
     TITLE,
     TITLE_NORM,
+    TS,
     stable_hash,
 )
 
@@ -58,6 +60,12 @@ CLICKS_IN = pl.DataFrame(
         QUERY: ["iphone 12", "iPhone  12", "iphone 12", "galaxy s21", None, "dell", "sony", "xps"],
         LISTING_ID: ["L1", "L1", "L1", "L2", "L3", "L9", "L3", "L5"],
         CLICKS: [1, 2, 3, 1, 1, 1, 4, 1],
+        TS: pl.datetime_range(
+            datetime(2024, 3, 1, 9, 30, tzinfo=UTC),
+            datetime(2024, 3, 8, 9, 30, tzinfo=UTC),
+            "1d",
+            eager=True,
+        ),
     }
 )
 
@@ -129,20 +137,22 @@ def test_every_clicks_reason(tmp_path):
     catalog = _write(CATALOG.head(4), tmp_path / "catalog.parquet")
     clicks = _lines(
         tmp_path / "clicks.csv",
-        "query,listing_id,clicks,position",
+        "query,listing_id,clicks,position,ts",
         [
-            b"iphone,L1,1,1",
-            b",L1,1,1",
-            b"  ,L1,1,1",
-            b"iphone,,1,1",
-            b"iph\xffone,L1,1,1",
-            b"iph\x1bone,L1,1,1",
-            b"an extremely long query,L1,1,1",
-            b"iphone,L1,many,1",
-            b"iphone,L1,-1,1",
-            b"iphone,L1,1,2.5",
-            b"iphone,L404,1,1",
-            b"iphone,L1,2,",
+            b"iphone,L1,1,1,2024-03-01 10:00:00",
+            b",L1,1,1,2024-03-01 10:00:00",
+            b"  ,L1,1,1,2024-03-01 10:00:00",
+            b"iphone,,1,1,2024-03-01 10:00:00",
+            b"iph\xffone,L1,1,1,2024-03-01 10:00:00",
+            b"iph\x1bone,L1,1,1,2024-03-01 10:00:00",
+            b"an extremely long query,L1,1,1,2024-03-01 10:00:00",
+            b"iphone,L1,many,1,2024-03-01 10:00:00",
+            b"iphone,L1,-1,1,2024-03-01 10:00:00",
+            b"iphone,L1,1,2.5,2024-03-01 10:00:00",
+            b"iphone,L404,1,1,2024-03-01 10:00:00",
+            b"iphone,L1,2,,",
+            b"iphone,L1,1,1,last tuesday",
+            b"iphone,L1,1,1,2024-02-30",
         ],
     )
     cfg = CFG.with_(**{"ingest.max_query_chars": 12})
@@ -158,10 +168,12 @@ def test_every_clicks_reason(tmp_path):
         9: ingest.BAD_VALUE,
         10: ingest.BAD_VALUE,
         11: ingest.UNKNOWN_LISTING,
+        13: ingest.BAD_VALUE,
+        14: ingest.BAD_VALUE,
     }
     pairs = pl.read_parquet(out / CLICKS_FILE)
-    assert pairs.select(QUERY, LISTING_ID, CLICKS, CLICK_ROWS, "position").rows() == [
-        ("iphone", "L1", 3.0, 2, 1)
+    assert pairs.select(QUERY, LISTING_ID, CLICKS, CLICK_ROWS, "position", TS).rows() == [
+        ("iphone", "L1", 3.0, 2, 1, datetime(2024, 3, 1, 10, tzinfo=UTC))
     ]
     assert result.details["clicks"]["dropped_by_reason"][ingest.AGGREGATED] == 1
 
@@ -267,7 +279,10 @@ def test_formats_globs_folders_and_memory_urls_give_identical_outputs(tmp_path):
         outputs = {}
         for name, (clicks, catalog) in variants.items():
             result, out = _run(tmp_path, clicks, catalog, name=name.strip("."))
-            q = _quarantine(out).select(TABLE, REASON, RAW).sort(pl.all())
+            # Raw values are kept as each format renders them (a parquet timestamp's text
+            # differs from the CSV's), so compare which rows went where, by listing id.
+            raw_id = pl.col(RAW).str.json_path_match(f"$.{LISTING_ID}")
+            q = _quarantine(out).select(TABLE, REASON, raw_id).sort(pl.all())
             outputs[name] = (
                 (out / CLICKS_FILE).read_bytes(),
                 (out / LISTINGS_FILE).read_bytes(),
@@ -298,12 +313,22 @@ def test_input_row_order_does_not_change_output_bytes(tmp_path):
 
 
 def test_optional_and_extra_columns_are_kept(tmp_path):
-    catalog = _write(CATALOG, tmp_path / "catalog.csv")
-    clicks = _write(CLICKS_IN, tmp_path / "clicks.csv")
+    catalog = _write(CATALOG.with_columns(_note=pl.lit("n")), tmp_path / "catalog.csv")
+    clicks = _write(CLICKS_IN.with_columns(device=pl.lit("ios")), tmp_path / "clicks.csv")
     cfg = CFG.with_(**{"ingest.truth_column": "true_product"})
     _, out = _run(tmp_path, clicks, catalog, cfg)
     listings = pl.read_parquet(out / LISTINGS_FILE)
-    assert listings.columns == [LISTING_ID, TITLE, TITLE_NORM, "brand", "true_product"]
+    assert listings.columns == [LISTING_ID, TITLE, TITLE_NORM, "brand", "_note", "true_product"]
+    assert pl.read_parquet(out / CLICKS_FILE).columns == [
+        QUERY_ID,
+        QUERY,
+        QUERY_NORM,
+        LISTING_ID,
+        CLICKS,
+        CLICK_ROWS,
+        TS,
+        "device",
+    ]
     assert listings[LISTING_ID].to_list() == ["L1", "L2", "L3", "L4", "L6"]
 
 
@@ -344,12 +369,13 @@ def test_file_level_errors_raise_with_file_and_column(tmp_path):
 
 def test_cli_exits_2_and_writes_nothing_on_file_errors(tmp_path):
     runner = CliRunner()
-    for name, (clicks, catalog, _code, file, _) in _bad_inputs(tmp_path).items():
+    for name, (clicks, catalog, code, file, _) in _bad_inputs(tmp_path).items():
         out = tmp_path / f"cli-{name}"
         args = ["ingest", "--clicks", clicks, "--catalog", catalog, "--out", str(out)]
         result = runner.invoke(app, args)
         assert result.exit_code == 2, (name, result.output)
-        assert file in result.output.replace("\n", ""), name  # rich wraps long lines
+        printed = result.output.replace("\n", "")  # rich wraps long lines
+        assert f"[{code}]" in printed and file in printed, name
         assert not out.exists(), name
 
 
@@ -436,3 +462,12 @@ def test_text_that_normalises_to_nothing_is_quarantined(tmp_path, monkeypatch):
     assert _reasons(out, "catalog") == {2: ingest.EMPTY_TITLE}
     assert _reasons(out, "clicks") == {2: ingest.MISSING_QUERY, 3: ingest.UNKNOWN_LISTING}
     assert result.balanced()
+
+
+def test_abt_without_column_mapping_names_the_missing_column(tmp_path, shared_data):
+    abt = shared_data / "abt-buy" / "Abt.csv"
+    with pytest.raises(PairsieveError) as info:
+        ingest.run(CFG, _abt_clicks(tmp_path), str(abt), tmp_path)
+    err = info.value
+    assert (err.code, err.file, err.column) == ("missing_column", str(abt), LISTING_ID)
+    assert "id, name, description, price" in err.message

@@ -1,4 +1,4 @@
-"""MinHash signatures equal datasketch's, LSH parameters match its derivation, banding finds pairs."""
+"""MinHash signatures equal datasketch's, LSH parameters match its derivation, banding works."""
 
 from __future__ import annotations
 

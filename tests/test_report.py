@@ -289,7 +289,7 @@ def test_padded_scores():
 
 
 @pytest.mark.slow
-def test_report_of_a_real_build_on_the_sample(tmp_path, encoder):
+def test_report_of_a_real_build_on_the_sample(tmp_path, encoder, session_cache_dir):
     """The demo's path: real ingest, clustering (real MiniLM), mining and shards on the bundled
     sample, then the report, rendered in Chromium."""
     from pairsieve import steps
@@ -298,7 +298,7 @@ def test_report_of_a_real_build_on_the_sample(tmp_path, encoder):
     if not (sample / "catalog.parquet").exists():
         pytest.skip("bundled sample absent")
     cfg = PairsieveConfig().with_(
-        **{"ingest.truth_column": S.TRUE_PRODUCT_ID, "cache_dir": str(tmp_path / "cache")}
+        **{"ingest.truth_column": S.TRUE_PRODUCT_ID, "cache_dir": str(session_cache_dir)}
     )
     run_dir = tmp_path / "run"
     steps.ingest_step(

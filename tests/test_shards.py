@@ -302,3 +302,29 @@ def test_planner_on_skewed_random_rows():
             assert not set(negatives[row]) & (set(positive[batch]) - {positive[row]})
     again = batching.plan_product_disjoint(positive, negatives, groups, keys, 32)
     assert np.array_equal(plan.order, again.order)
+
+
+def test_negatives_outside_the_catalog_are_skipped_and_counted(tmp_path, tables):
+    stray = (
+        tables["negatives"]
+        .head(1)
+        .with_columns(pl.lit("L-missing").alias(S.NEGATIVE_LISTING_ID), pl.col(S.RANK) * 0)
+    )
+    with_stray = pl.concat([stray, tables["negatives"]])
+    result = build(tmp_path / "a", make_config(), {**tables, "negatives": with_stray})
+    plain = build(tmp_path / "b", make_config(), tables)
+    assert result.details["negatives_unknown_listing"] == 1
+    assert plain.details["negatives_unknown_listing"] == 0
+    assert sha256_file(tmp_path / "a" / "train-00000.parquet") == sha256_file(
+        tmp_path / "b" / "train-00000.parquet"
+    )
+
+
+def test_pairs_only_when_num_negatives_is_zero(tmp_path, tables):
+    result = build(tmp_path, make_config(**{"shards.num_negatives": 0}), tables)
+    train = read_split(tmp_path, "train")
+    assert train.columns == ["anchor", "positive", "label"]
+    assert train["label"].list.len().unique().to_list() == [1]
+    assert result.dropped_by_reason["too_few_negatives"] == 0
+    assert result.balanced()
+    assert_blocks_disjoint(train, 8)

@@ -44,8 +44,8 @@ def test_plus_sign_and_generations() -> None:
 
 def test_codes_split_hyphenated_and_spaced() -> None:
     assert "i78700k" in attrs("intel core i7-8700k 3.7ghz").codes
-    assert "gnp2713" in attrs("liebherr gnp 2713 freestanding freezer").codes
-    assert "55uk6500" in attrs("lg 55 uk6500 4k ultra hd").codes
+    assert "gnp2713" in attrs("liebherr gnp 2713 freestanding freezer").joined
+    assert "55uk6500" in attrs("lg 55 uk6500 4k ultra hd").joined
     assert "rsaav22p1" in attrs("hotpoint rsaav22p.1 fridge white").codes
 
 
@@ -88,6 +88,14 @@ def test_code_suffixes_are_compatible(a: str, b: str) -> None:
 )
 def test_conflicts_name_their_reason(left: str, right: str, reason: str) -> None:
     assert text.conflict(attrs(left), attrs(right)) == reason
+
+
+def test_code_conflicts_need_an_unmatched_code_on_both_sides() -> None:
+    a = attrs("liebherr gp 1486 freistehend senkrecht 104l")
+    assert text.compare_codes(a, attrs("liebherr gp1486 under counter freezer")) == (True, False)
+    tv = attrs("lg oled55b7v 55in oled 4k tv wc01")
+    other = attrs("samsung 55 mu6120 tv ue55mu6120kxxu wc01")  # shares only a seller code
+    assert text.compare_codes(tv, other) == (False, True)
 
 
 def test_shared_code_overrides_marketing_words_not_quantities() -> None:

@@ -299,6 +299,7 @@ def run_trainer(model, dataset, loss, tmp_path: Path, **extra):
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
+        dataloader_pin_memory=False,
         **extra,
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from pairsieve.config import PairsieveConfig, config_reference_markdown, load_config, parse_override
 from pairsieve.errors import PairsieveError
@@ -67,7 +68,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except PairsieveError as exc:
-            console.print(f"[bold red]error[/] {exc}", highlight=False, markup=True)
+            console.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, markup=True)
             raise typer.Exit(code=2) from None
 
     return wrapper
@@ -113,13 +114,21 @@ def _print_build_summary(summary: dict[str, Any], out: Path) -> None:
 
 
 def run_build(
-    clicks: list[str], catalog: list[str], out: Path, cfg: PairsieveConfig
+    clicks: list[str],
+    catalog: list[str],
+    out: Path,
+    cfg: PairsieveConfig,
+    previous: Path | None = None,
 ) -> dict[str, Any]:
     """Run the Prefect `build` flow and print what each stage did."""
-    from pairsieve.pipeline import build
+    from pairsieve.pipeline import build_flow
 
-    summary = build(
-        clicks=clicks, catalog=catalog, out=str(out), config=cfg.model_dump(mode="json")
+    summary = build_flow(cfg)(
+        clicks=clicks,
+        catalog=catalog,
+        out=str(out),
+        config=cfg.model_dump(mode="json"),
+        previous=str(previous) if previous else None,
     )
     _print_build_summary(summary, out)
     return summary
@@ -133,9 +142,13 @@ def build_cmd(
     out: OutOpt,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
+    previous: Annotated[
+        Path | None,
+        typer.Option("--previous", help="Last published build: its product ids carry over."),
+    ] = None,
 ) -> None:
     """Build a clean training set: ingest, cluster, mine, shards, report (a Prefect flow run)."""
-    run_build(clicks, catalog, out, config_from_cli(config, overrides))
+    run_build(clicks, catalog, out, config_from_cli(config, overrides), previous)
 
 
 def _find_sample() -> Path | None:
@@ -351,3 +364,30 @@ def eval_command(
         table.add_row(method, *(str(getattr(s, f)) for f in fields))
     console.print(table)
     print_json({method: s.to_dict() for method, s in scores.items()})
+
+
+@app.command("mine-eval")
+@handle_errors
+def mine_eval_command(  # noqa: PLR0913 - one parameter per CLI option
+    out: OutOpt,
+    catalog: CatalogOpt = None,
+    dataset: Annotated[
+        str | None, typer.Option("--dataset", help="pricerunner or abt-buy (from --data-root).")
+    ] = None,
+    data_root: Annotated[
+        Path, typer.Option("--data-root", help="Folder holding the benchmark data sets.")
+    ] = Path("../shared/data"),
+    truth_column: Annotated[
+        str, typer.Option("--truth-column", help="Catalog column with true product ids.")
+    ] = "true_product_id",
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """False-negative rate of mined negatives: naive vs margin vs product exclusion vs both."""
+    from pairsieve import evaluate, mine_eval
+
+    cfg = config_from_cli(config, overrides)
+    frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
+    result = mine_eval.run_eval(cfg, frame, out, truth_column=truth_column)
+    sys.stdout.write(mine_eval.format_table(result) + "\n")
+    console.print(f"targets: {result['targets']}  (JSON: {out / 'mine_eval.json'})")

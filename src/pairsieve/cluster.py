@@ -71,9 +71,11 @@ def prepare(listings: pl.DataFrame) -> pl.DataFrame:
     informative = [text.extract_attributes(t).informative for t in frame[S.TITLE_NORM].to_list()]
     frame = frame.with_columns(pl.Series(_INFO, informative, dtype=pl.Boolean))
     # Low-information titles key on their own listing id: identical text is no evidence.
-    key = pl.when(pl.col(_INFO)).then(
-        pl.concat_str([pl.col(S.TITLE_NORM), pl.col(S.BRAND)], separator="\x1f")
-    ).otherwise(pl.concat_str([pl.lit("\x00"), pl.col(S.LISTING_ID)]))
+    key = (
+        pl.when(pl.col(_INFO))
+        .then(pl.concat_str([pl.col(S.TITLE_NORM), pl.col(S.BRAND)], separator="\x1f"))
+        .otherwise(pl.concat_str([pl.lit("\x00"), pl.col(S.LISTING_ID)]))
+    )
     frame = frame.with_columns(key.alias(_KEY))
     node_keys = frame.select(pl.col(_KEY).unique().sort()).with_row_index(_NODE)
     return frame.join(node_keys, on=_KEY, how="left").drop(_KEY).sort(S.LISTING_ID)
@@ -100,7 +102,8 @@ def node_table(frame: pl.DataFrame) -> pl.DataFrame:
 
 def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
     """Codes found on more than ``max_df`` distinct titles: features, not product identifiers."""
-    counts = pl.Series("code", [c for a in attrs for c in a.codes], dtype=pl.String).value_counts()
+    codes = [c for a in attrs for c in a.codes | a.joined]
+    counts = pl.Series("code", codes, dtype=pl.String).value_counts()
     return set(counts.filter(pl.col("count") > max_df)["code"].to_list())
 
 
@@ -109,7 +112,7 @@ def code_block_pairs(attrs: list[text.Attributes], max_block: int) -> tuple[np.n
     ``max_block`` titles are skipped."""
     rows, keys = [], []
     for node, attr in enumerate(attrs):
-        for key in {k for c in attr.codes for k in text.code_keys(c)}:
+        for key in {k for c in attr.codes | attr.joined for k in text.code_keys(c)}:
             rows.append(node)
             keys.append(key)
     if not rows:
@@ -175,9 +178,9 @@ def verify(
     """Score every candidate and decide it: jaccard, cosine, score, accepted, veto_reason.
 
     A pair is accepted when nothing vetoes it and either the titles share a model code or they
-    are similar enough (cosine >= accept_cosine and Jaccard >= accept_jaccard; Jaccard alone
-    when no embeddings are used). Its score (cosine, else Jaccard; 1.0 for a shared code) feeds
-    the average linkage.
+    are similar enough (cosine >= accept_cosine and Jaccard >= accept_jaccard, or Jaccard >=
+    accept_jaccard_alone; Jaccard >= accept_jaccard alone when no embeddings are used). Its
+    score (cosine, else Jaccard; 1.0 for a shared code) feeds the average linkage.
     """
     a = candidates["a"].to_numpy()
     b = candidates["b"].to_numpy()
@@ -202,6 +205,7 @@ def verify(
     vetoed = np.array([r is not None for r in reasons], dtype=bool)
     if cosine is not None:
         similar = (cosine >= cfg.accept_cosine) & (jac >= cfg.accept_jaccard)
+        similar |= jac >= cfg.accept_jaccard_alone
         shared &= cosine >= cfg.code_min_cosine
         score = np.where(shared, 1.0, cosine)
     else:
@@ -219,9 +223,7 @@ def verify(
 # --- clustering ----------------------------------------------------------------------------------
 
 
-def agglomerate(
-    counts: np.ndarray, scored: pl.DataFrame, link_threshold: float
-) -> np.ndarray:
+def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float) -> np.ndarray:
     """(n,) int64 cluster label (smallest member node) per node, by constrained average linkage.
 
     Linkage of clusters A, B = sum of accepted scores over cross pairs (weighted by listings per
@@ -331,8 +333,10 @@ class Clustering:
         n = len(self.nodes)
         pairs = self.scored.filter(pl.col(S.SIGNAL).str.contains(signal or "^$"))
         same_title = (
-            self.frame.group_by(S.TITLE_NORM).agg(pl.col(_NODE).min().alias("a"), pl.col(_NODE).alias("b"))
-            .explode("b").select("a", "b")
+            self.frame.group_by(S.TITLE_NORM)
+            .agg(pl.col(_NODE).min().alias("a"), pl.col(_NODE).alias("b"))
+            .explode("b")
+            .select("a", "b")
         )
         edges = pl.concat([pairs.select("a", "b"), same_title.cast(pl.Int64)])
         graph = coo_matrix(
@@ -369,9 +373,8 @@ def cluster_listings(
     details: dict = {}
     found: dict[str, np.ndarray] = {}
     found["code"], details["code_blocks_skipped"] = code_block_pairs(attrs, c.max_bucket)
-    found["minhash"], details["lsh_buckets_skipped"] = minhash_pairs(
-        c, nodes[S.TITLE_NORM], cfg.seed
-    )
+    match_text = pl.Series([" ".join(sorted(a.words)) for a in attrs], dtype=pl.String)
+    found["minhash"], details["lsh_buckets_skipped"] = minhash_pairs(c, match_text, cfg.seed)
     timings["minhash_s"] = time.perf_counter() - started - sum(timings.values())
     vectors = None
     if c.use_embeddings:
@@ -398,8 +401,12 @@ def products_frame(result: Clustering) -> pl.DataFrame:
     """products.parquet: listing_id, product_id, cluster_size, canonical_title, method."""
     frame = result.frame.with_columns(pl.Series("_label", result.listing_labels()))
     accepted = result.scored.filter(pl.col(S.ACCEPTED))
-    same = result.node_labels[accepted["a"].to_numpy()] == result.node_labels[accepted["b"].to_numpy()]
-    inside = accepted.filter(pl.Series(same)).sort("score", "a", "b", descending=[True, False, False])
+    same = (
+        result.node_labels[accepted["a"].to_numpy()] == result.node_labels[accepted["b"].to_numpy()]
+    )
+    inside = accepted.filter(pl.Series(same)).sort(
+        "score", "a", "b", descending=[True, False, False]
+    )
     ends = [inside.select(pl.col(end).alias(_NODE), S.SIGNAL) for end in ("a", "b")]
     best_signal = (
         pl.concat(ends)
@@ -421,11 +428,15 @@ def products_frame(result: Clustering) -> pl.DataFrame:
             pl.len().over("_label").cast(pl.Int64).alias(S.CLUSTER_SIZE),
         )
         .with_columns(
-            pl.col("_first").map_elements(lambda x: "p" + S.stable_hash(x), return_dtype=pl.String)
+            pl.col("_first")
+            .map_elements(lambda x: "p" + S.stable_hash(x), return_dtype=pl.String)
             .alias(S.PRODUCT_ID),
-            pl.when(pl.col(S.CLUSTER_SIZE) == 1).then(pl.lit("singleton"))
-            .when(pl.col("_edge_method").is_not_null()).then(pl.col("_edge_method"))
-            .otherwise(pl.lit("exact")).alias(S.METHOD),
+            pl.when(pl.col(S.CLUSTER_SIZE) == 1)
+            .then(pl.lit("singleton"))
+            .when(pl.col("_edge_method").is_not_null())
+            .then(pl.col("_edge_method"))
+            .otherwise(pl.lit("exact"))
+            .alias(S.METHOD),
         )
     )
     return out.select(S.LISTING_ID, S.PRODUCT_ID, S.CLUSTER_SIZE, S.CANONICAL_TITLE, S.METHOD).sort(
@@ -441,7 +452,9 @@ def pairs_frame(result: Clustering) -> pl.DataFrame:
         reps.gather(result.scored["b"]).alias(S.LISTING_B),
     )
     exact = (
-        result.frame.join(result.nodes.select(_NODE, pl.col(S.LISTING_ID).alias(S.LISTING_A)), on=_NODE)
+        result.frame.join(
+            result.nodes.select(_NODE, pl.col(S.LISTING_ID).alias(S.LISTING_A)), on=_NODE
+        )
         .filter(pl.col(S.LISTING_ID) != pl.col(S.LISTING_A))
         .select(
             S.LISTING_A,
@@ -467,7 +480,9 @@ def read_listings(path: Path, cfg: PairsieveConfig) -> pl.DataFrame:
             `io.TableReader.scan`).
     """
     reader = io.TableReader(
-        S.CATALOG_REQUIRED, dict(cfg.ingest.catalog_columns), cfg.ingest.csv_encoding,
+        S.CATALOG_REQUIRED,
+        dict(cfg.ingest.catalog_columns),
+        cfg.ingest.csv_encoding,
         cfg.ingest.csv_separator,
     )
     frame, files = reader.scan(path)
@@ -481,7 +496,9 @@ def run(
     encoder: Encoder | None = None,
 ) -> StageResult:
     """The cluster stage: write ``products.parquet`` and ``pairs.parquet`` into ``out_dir``."""
-    frame = read_listings(Path(listings), cfg) if not isinstance(listings, pl.DataFrame) else listings
+    frame = (
+        read_listings(Path(listings), cfg) if not isinstance(listings, pl.DataFrame) else listings
+    )
     result = cluster_listings(cfg, frame, encoder)
     products = products_frame(result)
     out_dir = Path(out_dir)

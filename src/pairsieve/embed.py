@@ -350,3 +350,9 @@ def read_cached(texts: Sequence[str], cache: EmbeddingCache) -> np.ndarray:
             file=str(cache.folder),
         )
     return vectors
+
+
+def cache_for(cfg: PairsieveConfig) -> EmbeddingCache:
+    """The shared cache of the configured model, without loading the model."""
+    path = cfg.embed.model_path or bundled_model_path()
+    return EmbeddingCache(cfg.cache_dir, _model_key(path, cfg.embed))

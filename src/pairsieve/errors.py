@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)  # not frozen: contextlib sets __traceback__ on re-raise
 class PairsieveError(Exception):
     """A run-stopping problem with the input or the configuration.
 

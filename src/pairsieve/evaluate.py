@@ -13,8 +13,8 @@ pair lists, so they cost O(n) even when a giant predicted cluster holds millions
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -119,7 +119,9 @@ def compare(
 
     if truth_column not in catalog.columns:
         raise PairsieveError(
-            "missing_column", "truth column not in catalog", column=truth_column,
+            "missing_column",
+            "truth column not in catalog",
+            column=truth_column,
             knob="--truth-column",
         )
     truth_by_id = dict(

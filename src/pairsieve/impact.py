@@ -136,50 +136,65 @@ def expected_colliding_pairs(batch_size: int, kappa: float) -> float:
     return batch_size * (batch_size - 1) / 2 * kappa
 
 
-def _log_comb(n: int, k: np.ndarray, log_fact: np.ndarray) -> np.ndarray:
-    """log C(n, k) elementwise; -inf where k < 0 or k > n."""
-    valid = (k >= 0) & (k <= n)
-    kk = np.clip(k, 0, n)
-    return np.where(valid, log_fact[n] - log_fact[kk] - log_fact[n - kk], -np.inf)
-
-
-def p_batch_clean(sizes: Sequence[int] | np.ndarray, batch_size: int) -> float | None:
-    """Exact P(a batch of B rows drawn without replacement has no two rows of one group).
+def clean_batch_probabilities(
+    sizes: Sequence[int] | np.ndarray, batch_sizes: Sequence[int]
+) -> dict[int, float | None]:
+    """Exact P(a batch of B rows drawn without replacement has no two rows of one group), for
+    every B in ``batch_sizes`` (None where B exceeds the number of rows).
 
     The clean B-subsets are counted by the elementary symmetric polynomial e_B(n_1, …, n_G)
-    (pick B groups, one row from each). It is computed as a dynamic programme over the groups
-    kept in probability space, f_k = e_k / C(M, k) for the M rows seen so far, so nothing
-    overflows; singletons are folded in at the end with a hypergeometric mixture
-    (P = Σ_j Hyp(j singletons) · f_{B-j}). Cost O(G_multi · B) for G_multi groups of size ≥ 2.
-    Returns None when B exceeds the number of rows.
+    (pick B groups, one row from each). It is computed as one dynamic programme over the groups
+    of size ≥ 2, kept in probability space, f_k = e_k / C(M, k) for the M rows seen so far, so
+    nothing overflows:  f'_k = C(M,k)/C(M+n,k) · f_k + n·C(M,k-1)/C(M+n,k) · f_{k-1}.
+    Singletons are folded in at the end with a hypergeometric mixture,
+    P(B) = Σ_j Hyp(j singletons) · f_{B-j}. Cost O(G_multi · max B).
     """
     n = np.asarray(sizes, dtype=np.int64)
     n = n[n > 0]
     total = int(n.sum())
-    if batch_size > total:
-        return None
-    log_fact = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, total + 1)))])
-    ks = np.arange(batch_size + 1)
-    f = np.zeros(batch_size + 1)
+    fitting = [int(b) for b in batch_sizes if b <= total]
+    out: dict[int, float | None] = {int(b): None for b in batch_sizes}
+    if not fitting:
+        return out
+    top = max(fitting)
+    lf = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, total + 1)))])  # log k!
+    f = np.zeros(top + 1)
     f[0] = 1.0
     seen = 0
-    for size in n[n > 1]:
-        size = int(size)
-        denom = _log_comb(seen + size, ks, log_fact)
-        with np.errstate(invalid="ignore"):
-            stay = np.exp(_log_comb(seen, ks, log_fact) - denom)
-            enter = size * np.exp(_log_comb(seen, ks - 1, log_fact) - denom)
-        shifted = np.concatenate([[0.0], f[:-1]])
-        f = np.nan_to_num(stay * f + enter * shifted)
-        seen += size
-    singles = int((n == 1).sum())
-    j = ks  # singletons in the batch; B - j rows come from the multi-row groups
-    log_hyp = (
-        _log_comb(singles, j, log_fact)
-        + _log_comb(seen, batch_size - j, log_fact)
-        - _log_comb(total, np.array(batch_size), log_fact)
-    )
-    return float(np.sum(np.exp(log_hyp) * f[batch_size - j]))
+    for size in n[n > 1].tolist():
+        new_seen = seen + size
+        k = np.arange(min(top, new_seen) + 1)
+        common = lf[seen] - lf[new_seen] + lf[new_seen - k]
+        stay = np.zeros(k.size)
+        upto = min(seen, k[-1]) + 1  # C(seen, k) = 0 beyond seen
+        stay[:upto] = np.exp(common[:upto] - lf[seen - k[:upto]])
+        enter = np.zeros(k.size)
+        reach = min(seen + 1, k[-1]) + 1
+        enter[1:reach] = size * k[1:reach] * np.exp(common[1:reach] - lf[seen + 1 - k[1:reach]])
+        f_next = stay * f[: k.size]
+        f_next[1:] += enter[1:] * f[: k.size - 1]
+        f[: k.size] = f_next
+        seen = new_seen
+    singles = total - seen
+    for b in fitting:
+        j = np.arange(max(0, b - seen), min(b, singles) + 1)  # singletons drawn
+        log_hyp = (
+            lf[singles]
+            - lf[j]
+            - lf[singles - j]
+            + lf[seen]
+            - lf[b - j]
+            - lf[seen - b + j]
+            - (lf[total] - lf[b] - lf[total - b])
+        )
+        out[b] = float(np.sum(np.exp(log_hyp) * f[b - j]))
+    return out
+
+
+def p_batch_clean(sizes: Sequence[int] | np.ndarray, batch_size: int) -> float | None:
+    """P(a random batch of ``batch_size`` rows is free of same-group pairs); see
+    `clean_batch_probabilities`. None when the batch exceeds the number of rows."""
+    return clean_batch_probabilities(sizes, [batch_size])[int(batch_size)]
 
 
 def collision_table(
@@ -188,6 +203,7 @@ def collision_table(
     """κ-derived figures per batch size for one grouping of the rows (text or product level)."""
     kappa = collision_rate(sizes)
     total = int(np.asarray(sizes).sum())
+    clean = clean_batch_probabilities(sizes, batch_sizes)
     rows = []
     for b in batch_sizes:
         fits = b <= total
@@ -197,7 +213,7 @@ def collision_table(
                 "kappa": kappa,
                 "false_negatives_per_anchor": expected_false_negatives(b, kappa) if fits else None,
                 "colliding_pairs_per_batch": expected_colliding_pairs(b, kappa) if fits else None,
-                "p_batch_clean": p_batch_clean(sizes, b),
+                "p_batch_clean": clean[int(b)],
             }
         )
     return rows

@@ -81,7 +81,17 @@ _REPLACEMENT = "\ufffd"
 # Click counts are summed in integer micro-units: exact and independent of row order, where a
 # float sum's last bits depend on the order the engine adds partial sums in.
 _MICRO = 1_000_000
-_KEY = "_listing_key"  # listing id with surrounding whitespace removed: the join key
+# Working columns carry this prefix, so no input column (even one named "_id") is mistaken for one.
+_INTERNAL = "__pairsieve_"
+_KEY = f"{_INTERNAL}listing_key"  # listing id with surrounding whitespace removed: the join key
+_TYPED = f"{_INTERNAL}typed_"  # prefix of the parsed copies of clicks/weight/position/ts
+_TS_FORMATS = (
+    "%Y-%m-%dT%H:%M:%S%.f%z",
+    "%Y-%m-%d %H:%M:%S%.f%z",
+    "%Y-%m-%dT%H:%M:%S%.f",
+    "%Y-%m-%d %H:%M:%S%.f",
+    "%Y-%m-%d",
+)
 _ORDER = (SOURCE_FILE, ROW_NUMBER)
 CATALOG_OPTIONAL = (DESCRIPTION, BRAND, SELLER_ID, PRICE, CATEGORY)
 CLICKS_OPTIONAL = (TS, SESSION_ID, POSITION)
@@ -97,7 +107,7 @@ def _text_columns(schema: pl.Schema) -> list[str]:
 
 
 def _raw_columns(schema: pl.Schema) -> list[str]:
-    return [name for name in schema.names() if name not in _ORDER and not name.startswith("_")]
+    return [n for n in schema.names() if n not in _ORDER and not n.startswith(_INTERNAL)]
 
 
 def _first_reason(checks: list[tuple[str, pl.Expr]]) -> pl.Expr:
@@ -140,8 +150,8 @@ def _mark_duplicates(frame: pl.DataFrame) -> pl.DataFrame:
 def _ordered_columns(names: list[str], leading: tuple[str, ...]) -> list[str]:
     """Contract columns first in a fixed order, then extra columns by name (not file order)."""
     front = [c for c in leading if c in names]
-    internal = {*_ORDER, REASON}
-    return front + sorted(c for c in names if c not in front and c not in internal and c[0] != "_")
+    rest = [c for c in names if c not in (*front, *_ORDER, REASON) and not c.startswith(_INTERNAL)]
+    return front + sorted(rest)
 
 
 def _reader(cfg: IngestConfig, table: str) -> io.TableReader:
@@ -189,34 +199,71 @@ def validate_catalog(
     return listings, _quarantine_rows(rejected, _raw_columns(schema), CATALOG_TABLE), files
 
 
-def _numeric_checks(schema: pl.Schema) -> tuple[pl.Expr, list[pl.Expr]]:
-    """(any optional numeric column holds a bad value, parsed columns). Counts must be finite
-    and >= 0 on every row; position, where given, a whole number >= 0."""
-    bad: list[pl.Expr] = []
-    parsed: list[pl.Expr] = []
-    for name in (CLICKS, WEIGHT, POSITION):
+def _timestamp(text: pl.Expr) -> pl.Expr:
+    """ISO-8601-like text ("T" or space, optional fraction, offset, "Z" or "UTC") as UTC
+    microseconds; naive times are taken as UTC. Parsing, rather than keeping text, makes a
+    parquet timestamp and its CSV rendering the same value."""
+    text = text.str.strip_chars().str.replace(r"(?i)\s*(utc|z)$", "+00:00")
+    return pl.coalesce(
+        [
+            text.str.to_datetime(f, time_unit="us", time_zone="UTC", strict=False)
+            for f in _TS_FORMATS
+        ]
+    )
+
+
+def _parse_typed(schema: pl.Schema) -> list[pl.Expr]:
+    """Parsed copies (``_typed_<name>``) of the typed optional click columns present."""
+    parsed = [
+        pl.col(name).str.strip_chars().cast(pl.Float64, strict=False).alias(_TYPED + name)
+        for name in (CLICKS, WEIGHT, POSITION)
+        if name in schema
+    ]
+    if TS in schema:
+        parsed.append(_timestamp(pl.col(TS)).alias(_TYPED + TS))
+    return parsed
+
+
+def _bad_value(schema: pl.Schema) -> pl.Expr:
+    """A typed column given but unusable: counts must be finite and >= 0; position, if given,
+    a whole number >= 0; ts, if given, a timestamp."""
+    bad = []
+    for name in (CLICKS, WEIGHT, POSITION, TS):
         if name not in schema:
             continue
-        value = pl.col(name).str.strip_chars().cast(pl.Float64, strict=False)
-        ok = value.is_finite() & (value >= 0)
+        value = pl.col(_TYPED + name)
+        ok = value.is_not_null() if name == TS else value.is_finite() & (value >= 0)
         if name == POSITION:
-            ok = pl.col(name).is_null() | (ok & (value == value.floor()))
-            parsed.append(value.cast(pl.Int64, strict=False).alias(name))
-        else:
-            parsed.append((value * _MICRO).round().cast(pl.Int64, strict=False).alias(name))
+            ok = ok & (value == value.floor())
+        if name in (POSITION, TS):
+            ok = _blank(name) | ok
         bad.append(~ok.fill_null(False))
-    return pl.any_horizontal(bad) if bad else pl.lit(False), parsed
+    return pl.any_horizontal(bad) if bad else pl.lit(False)
+
+
+def _typed_values(columns: list[str]) -> list[pl.Expr]:
+    """The parsed values that replace the text of valid rows: counts in integer micro-units."""
+    out = []
+    for name in (CLICKS, WEIGHT, POSITION, TS):
+        if _TYPED + name not in columns:
+            continue
+        value = pl.col(_TYPED + name)
+        if name in (CLICKS, WEIGHT):
+            value = (value * _MICRO).round().cast(pl.Int64)
+        elif name == POSITION:
+            value = value.cast(pl.Int64)
+        out.append(value.alias(name))
+    return out
 
 
 def _clicks_checks(cfg: IngestConfig, schema: pl.Schema) -> list[tuple[str, pl.Expr]]:
-    bad_number, _ = _numeric_checks(schema)
     return [
         (MISSING_QUERY, _blank(QUERY)),
         (MISSING_LISTING_ID, _blank(LISTING_ID)),
         (BAD_ENCODING, _bad_encoding(schema)),
         (CONTROL_CHARACTERS, pl.col(QUERY).str.contains(_CONTROL)),
         (QUERY_TOO_LONG, pl.col(QUERY).str.len_chars() > cfg.max_query_chars),
-        (BAD_VALUE, bad_number),
+        (BAD_VALUE, _bad_value(schema)),
     ]
 
 
@@ -245,9 +292,9 @@ def validate_clicks(cfg: IngestConfig, spec: str | list[str], listing_ids: pl.Se
     frame, files = reader.scan(spec)
     schema = frame.collect_schema()
     known = pl.col(_KEY).is_in(listing_ids.implode())
-    frame = frame.with_columns(pl.col(LISTING_ID).str.strip_chars().alias(_KEY)).with_columns(
-        _first_reason([*_clicks_checks(cfg, schema), (UNKNOWN_LISTING, ~known)])
-    )
+    frame = frame.with_columns(
+        pl.col(LISTING_ID).str.strip_chars().alias(_KEY), *_parse_typed(schema)
+    ).with_columns(_first_reason([*_clicks_checks(cfg, schema), (UNKNOWN_LISTING, ~known)]))
     data = _collect(reader, frame, files)
     spellings = data.filter(pl.col(REASON).is_null()).select(pl.col(QUERY).unique())
     norms = spellings.with_columns(normalize_expr(pl.col(QUERY)).alias(QUERY_NORM))
@@ -258,11 +305,11 @@ def validate_clicks(cfg: IngestConfig, spec: str | list[str], listing_ids: pl.Se
             pl.when(unusable).then(pl.lit(MISSING_QUERY)).otherwise(pl.col(REASON)).alias(REASON)
         )
         norms = norms.filter(pl.col(QUERY_NORM) != "")
-    _, parsed = _numeric_checks(schema)
-    valid = data.filter(pl.col(REASON).is_null()).with_columns(parsed)
+    valid = data.filter(pl.col(REASON).is_null()).with_columns(_typed_values(data.columns))
     rejected = data.filter(pl.col(REASON).is_not_null())
     quarantine = _quarantine_rows(rejected, _raw_columns(schema), CLICKS_TABLE)
-    return ClickRows(valid.drop(REASON, *_ORDER), norms, quarantine, files)
+    temporary = [c for c in valid.columns if c.startswith(_TYPED)]
+    return ClickRows(valid.drop(REASON, *_ORDER, *temporary), norms, quarantine, files)
 
 
 def _canonical_queries(per_spelling: pl.DataFrame, norms: pl.DataFrame) -> pl.DataFrame:
@@ -285,19 +332,26 @@ def aggregate_clicks(rows: ClickRows) -> pl.DataFrame:
     valid = rows.valid
     counts = [c for c in (CLICKS, WEIGHT) if c in valid.columns]
     others = [c for c in valid.columns if c not in (*counts, QUERY, LISTING_ID, _KEY)]
-    per_spelling = valid.group_by(QUERY, _KEY).agg(
-        pl.len().cast(pl.Int64).alias(CLICK_ROWS),
-        *[pl.col(c).sum() for c in counts],
-        *[pl.col(c).min() for c in others],
+    per_spelling = (
+        valid.lazy()
+        .group_by(QUERY, _KEY)
+        .agg(
+            pl.len().cast(pl.Int64).alias(CLICK_ROWS),
+            *[pl.col(c).sum() for c in counts],
+            *[pl.col(c).min() for c in others],
+        )
+        .collect(engine="streaming")
     )
     grouped = (
-        per_spelling.join(rows.norms, on=QUERY)
+        per_spelling.lazy()
+        .join(rows.norms.lazy(), on=QUERY)
         .group_by(QUERY_NORM, _KEY)
         .agg(
             pl.col(CLICK_ROWS).sum(),
             *[(pl.col(c).sum() / _MICRO).alias(c) for c in counts],
             *[pl.col(c).min() for c in others],
         )
+        .collect(engine="streaming")
     )
     if not counts:
         grouped = grouped.with_columns(pl.col(CLICK_ROWS).cast(pl.Float64).alias(CLICKS))

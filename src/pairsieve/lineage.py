@@ -20,6 +20,7 @@ import polars as pl
 
 from pairsieve import schemas as S
 
+ID_CHANGES_FILE = "id_changes.parquet"
 FIRST_SEEN = "first_seen"
 CHANGE = "change"
 OTHER_PRODUCT_ID = "other_product_id"
@@ -125,6 +126,11 @@ def _changes(
         .unique()
         .sort(CHANGE, S.PRODUCT_ID, OTHER_PRODUCT_ID, nulls_last=True)
     )
+
+
+def empty_changes() -> pl.DataFrame:
+    """The id changes of a build with no predecessor: none."""
+    return pl.DataFrame(schema=CHANGES_SCHEMA)
 
 
 def first_build(products: pl.DataFrame) -> pl.DataFrame:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pairsieve import io, knn
+from pairsieve import io, knn, text
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.embed import EmbeddingCache, Encoder, embed_texts, load_encoder
@@ -53,18 +53,13 @@ REASONS = (
     "min_score",  # scores below mine.min_score
     "range_min",  # one of the first mine.range_min survivors, skipped on purpose
     "product_repeat",  # a second survivor of a product already represented
+    "possible_duplicate",  # nothing in its title tells it apart from the positive (see config)
     "not_sampled",  # eligible, but beyond the num_negatives taken by `sampling`
 )
 _PRODUCT = "_product"
 _POSITIVE_PRODUCT = "_positive_product"
-_NEGATIVE_COLUMNS = (
-    S.QUERY,
-    S.POSITIVE_LISTING_ID,
-    S.NEGATIVE_LISTING_ID,
-    S.RANK,
-    S.SCORE,
-    S.POSITIVE_SCORE,
-)
+_NEGATIVE_COLUMNS = (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.RANK, S.SCORE,
+                     S.POSITIVE_SCORE)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -225,7 +220,8 @@ def _stamp_filters(
     pos = positives.join(
         product_of, left_on=S.POSITIVE_LISTING_ID, right_on=S.LISTING_ID, how="left"
     ).with_columns(
-        pl.col(_PRODUCT).fill_null(pl.col(S.POSITIVE_LISTING_ID)).alias(_POSITIVE_PRODUCT)
+        pl.col(_PRODUCT).fill_null(pl.col(S.POSITIVE_LISTING_ID)).alias(_POSITIVE_PRODUCT),
+        pl.col(S.POSITIVE_SCORE).cast(pl.Float32),
     )
     limit = pos.group_by(S.QUERY).agg(
         _margin_limit(pl.col(S.POSITIVE_SCORE).min(), cfg).alias("_limit")
@@ -263,8 +259,54 @@ def _stamp_filters(
     return table.with_columns(reason.alias(S.REASON)).drop("_limit", "_clicked", "_pos_product")
 
 
-def _select(table: pl.DataFrame, cfg: MineConfig, seed: int) -> pl.DataFrame:
-    """Among survivors of each pair: skip range_min, one per product, then take num_negatives."""
+def _possible_duplicates(
+    pairs: list[tuple[str, str]], texts: dict[str, str], min_jaccard: float
+) -> list[bool]:
+    """For (positive, candidate) listing ids: True when no extracted attribute tells the two
+    titles apart (`text.conflict`) and their word Jaccard reaches ``min_jaccard``."""
+    attrs: dict[str, text.Attributes] = {}
+
+    def attributes(listing_id: str) -> text.Attributes:
+        if listing_id not in attrs:
+            attrs[listing_id] = text.extract_attributes(texts.get(listing_id, ""))
+        return attrs[listing_id]
+
+    flags = []
+    for positive, candidate in pairs:
+        a, b = attributes(positive), attributes(candidate)
+        flags.append(text.conflict(a, b) is None and text.jaccard(a, b) >= min_jaccard)
+    return flags
+
+
+def _guard_taken(table: pl.DataFrame, texts: dict[str, str], cfg: MineConfig) -> pl.DataFrame:
+    """Stamp `possible_duplicate` on candidates about to be taken, refilling until each pair has
+    num_negatives unflagged ones or runs out. Lazy because the check costs ~100 us per pair in
+    Python: only ~num_negatives candidates per pair are ever checked, not all range_max."""
+    pair = [S.QUERY, S.POSITIVE_LISTING_ID]
+    alive = pl.col(S.REASON).is_null()
+    table = table.with_row_index("_row").with_columns(pl.lit(False).alias("_checked"))
+    while True:
+        taken = pl.int_range(pl.len()).over([*pair, alive])
+        todo = table.filter(alive & (taken < cfg.num_negatives) & ~pl.col("_checked"))
+        if todo.height == 0:
+            return table.drop("_row", "_checked")
+        ids = todo.select(S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID).rows()
+        flags = _possible_duplicates(ids, texts, cfg.duplicate_guard_jaccard or 0.0)
+        flagged = todo["_row"].filter(pl.Series(flags, dtype=pl.Boolean))
+        table = table.with_columns(
+            pl.col("_checked") | pl.col("_row").is_in(todo["_row"].implode()),
+            pl.when(pl.col("_row").is_in(flagged.implode()))
+            .then(pl.lit("possible_duplicate"))
+            .otherwise(pl.col(S.REASON))
+            .alias(S.REASON),
+        )
+
+
+def _select(
+    table: pl.DataFrame, texts: dict[str, str] | None, cfg: MineConfig, seed: int
+) -> pl.DataFrame:
+    """Among survivors of each pair: skip range_min, one per product, guard against unclustered
+    copies, then take num_negatives."""
     pair = [S.QUERY, S.POSITIVE_LISTING_ID]
     alive = pl.col(S.REASON).is_null()
     table = table.sort([*pair, S.RANK])
@@ -285,6 +327,8 @@ def _select(table: pl.DataFrame, cfg: MineConfig, seed: int) -> pl.DataFrame:
     else:
         order = table[S.RANK].cast(pl.UInt64)
     table = table.with_columns(order.alias("_order")).sort([*pair, "_order", S.NEGATIVE_LISTING_ID])
+    if texts is not None and cfg.duplicate_guard_jaccard is not None:
+        table = _guard_taken(table, texts, cfg)
     taken = pl.int_range(pl.len()).over([*pair, alive])
     return table.with_columns(
         pl.when(alive & (taken >= cfg.num_negatives))
@@ -307,7 +351,9 @@ def filter_candidates(
         candidates: (query, negative_listing_id, score): the listings retrieved for each query.
         positives: (query, positive_listing_id, positive_score): one row per clicked pair; a query
             with several rows is one query with several positives.
-        products: (listing_id, product_id); a listing without a row is its own product.
+        products: (listing_id, product_id[, title_norm]); a listing without a row is its own
+            product. With `title_norm`, `cfg.duplicate_guard_jaccard` compares the titles of a
+            positive and the candidates about to be taken.
         cfg: the `mine` section; seed: for `sampling = "random"`.
 
     Returns:
@@ -315,7 +361,10 @@ def filter_candidates(
         by (query, positive_listing_id, rank), where rank is the candidate's 1-based position in
         its query's retrieval list (score descending, ties by listing id).
     """
-    table = _select(_stamp_filters(candidates, positives, products, cfg), cfg, seed)
+    texts = None
+    if S.TITLE_NORM in products.columns:
+        texts = dict(products.select(S.LISTING_ID, S.TITLE_NORM).iter_rows())
+    table = _select(_stamp_filters(candidates, positives, products, cfg), texts, cfg, seed)
     order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
     kept = table.filter(pl.col(S.REASON).is_null()).select(_NEGATIVE_COLUMNS).sort(order)
     dropped = (
@@ -358,6 +407,21 @@ def summarise(
         "pairs_without_negatives": int((per_pair["_n"] == 0).sum()),
         "negatives_per_pair": round(kept.height / n_pairs, 4) if n_pairs else 0.0,
     }
+
+
+def listing_products(listings: pl.DataFrame, products: pl.DataFrame) -> pl.DataFrame:
+    """(listing_id, product_id, title_norm) for every listing; unclustered ones get null (they
+    count as their own product). title_norm is computed when the listings lack it."""
+    norm = (
+        pl.col(S.TITLE_NORM)
+        if S.TITLE_NORM in listings.columns
+        else text.normalize_expr(pl.col(S.TITLE)).alias(S.TITLE_NORM)
+    )
+    return (
+        listings.select(S.LISTING_ID, norm)
+        .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID, how="left")
+        .select(S.LISTING_ID, S.PRODUCT_ID, S.TITLE_NORM)
+    )
 
 
 def _check_known(pairs: pl.DataFrame, listings: pl.DataFrame, source: str) -> None:
@@ -405,7 +469,8 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     started = time.perf_counter()
     candidates = candidate_table(embedded.queries, embedded.listing_ids, scores, ids)
     positives = positive_table(pairs, embedded)
-    kept, dropped = filter_candidates(candidates, positives, products_df, cfg.mine, cfg.seed)
+    info = listing_products(listings_df, products_df)
+    kept, dropped = filter_candidates(candidates, positives, info, cfg.mine, cfg.seed)
     filter_s = round(time.perf_counter() - started, 3)
     out_dir = Path(out_dir)
     io.write_parquet(kept, out_dir / S.NEGATIVES_FILE)

@@ -5,9 +5,11 @@ On a catalog with ground-truth product ids and a click log, one retrieval is fil
 * (a) ``naive``: exact-text exclusion only, what today's miners do (sentence-transformers'
   `mine_hard_negatives` deduplicates the corpus by text and masks the query's positives);
 * (b) ``margin``: (a) plus the margin filter of ``cfg.mine`` (NV-Retriever's TopK-PercPos);
-* (c) ``product``: product exclusion with pairsieve's cluster ids, no margin;
+* (c) ``product``: product exclusion with pairsieve's cluster ids (plus the duplicate guard,
+  `mine.duplicate_guard_jaccard`, when set), no margin;
 * (d) ``both``: product exclusion and margin, pairsieve's default;
-* optionally ``truth``: (d) with ground-truth product ids, an upper bound for the clusterer.
+* ``c0``: (c) without the guard, to show what cluster ids alone achieve;
+* ``truth``: (d) with ground-truth product ids, an upper bound for the clusterer.
 
 Exact-text exclusion is expressed as "a product is a distinct title", so every variant runs the
 same `mine.filter_candidates` and differs only in its product map and margin knobs. The
@@ -17,23 +19,26 @@ false-negative rate is the share of kept negatives whose true product equals the
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pairsieve import mine
+from pairsieve import io, mine
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.embed import EmbeddingCache, Encoder
+from pairsieve.errors import PairsieveError
 
 log = logging.getLogger(__name__)
 
-# name -> (product map, margin filter on?)
+# name -> (product map, margin filter on?); (c)-(e) also run the duplicate guard when configured.
 VARIANTS: dict[str, tuple[str, bool]] = {
     "a_naive": ("exact_text", False),
     "b_margin": ("exact_text", True),
     "c_product": ("clusters", False),
     "d_both": ("clusters", True),
+    "c0_clusters_without_guard": ("clusters_only", False),
     "e_truth_upper_bound": ("truth", True),
 }
 TARGET_FN_RATE = 0.01  # issue 4: (d) under 1% of mined negatives
@@ -44,13 +49,16 @@ TARGET_KEPT_SHARE = 0.90  # ... keeping at least 90% of (a)'s negatives per quer
 def product_maps(
     listings: pl.DataFrame, clusters: pl.DataFrame | None, truth_column: str
 ) -> dict[str, pl.DataFrame]:
-    """(listing_id, product_id) frames: exact title, pairsieve clusters, ground truth."""
+    """(listing_id, product_id[, title_norm]) frames: exact title, pairsieve clusters (with and
+    without titles for the duplicate guard), ground truth."""
+    truth = listings.select(S.LISTING_ID, pl.col(truth_column).alias(S.PRODUCT_ID))
     maps = {
         "exact_text": listings.select(S.LISTING_ID, pl.col(S.TITLE).alias(S.PRODUCT_ID)),
-        "truth": listings.select(S.LISTING_ID, pl.col(truth_column).alias(S.PRODUCT_ID)),
+        "truth": mine.listing_products(listings, truth),
     }
     if clusters is not None:
-        maps["clusters"] = clusters.select(S.LISTING_ID, S.PRODUCT_ID)
+        maps["clusters"] = mine.listing_products(listings, clusters)
+        maps["clusters_only"] = maps["clusters"].drop(S.TITLE_NORM)
     return maps
 
 
@@ -64,19 +72,29 @@ def variant_metrics(
     truth_of = truth.select(S.LISTING_ID, pl.col(S.PRODUCT_ID).alias("_t"))
     judged = kept.join(
         truth_of.rename({S.LISTING_ID: S.NEGATIVE_LISTING_ID, "_t": "_neg"}),
-        on=S.NEGATIVE_LISTING_ID, how="left",
+        on=S.NEGATIVE_LISTING_ID,
+        how="left",
     ).join(
         truth_of.rename({S.LISTING_ID: S.POSITIVE_LISTING_ID, "_t": "_pos"}),
-        on=S.POSITIVE_LISTING_ID, how="left",
+        on=S.POSITIVE_LISTING_ID,
+        how="left",
     )
     false_negatives = int((judged["_neg"] == judged["_pos"]).sum())
-    per_query = positives.select(S.QUERY).unique().join(
-        kept.group_by(S.QUERY).len("_n"), on=S.QUERY, how="left"
-    ).with_columns(pl.col("_n").fill_null(0))
-    per_pair = positives.select(S.QUERY, S.POSITIVE_LISTING_ID).join(
-        kept.group_by(S.QUERY, S.POSITIVE_LISTING_ID).len("_n"),
-        on=[S.QUERY, S.POSITIVE_LISTING_ID], how="left",
-    ).with_columns(pl.col("_n").fill_null(0))
+    per_query = (
+        positives.select(S.QUERY)
+        .unique()
+        .join(kept.group_by(S.QUERY).len("_n"), on=S.QUERY, how="left")
+        .with_columns(pl.col("_n").fill_null(0))
+    )
+    per_pair = (
+        positives.select(S.QUERY, S.POSITIVE_LISTING_ID)
+        .join(
+            kept.group_by(S.QUERY, S.POSITIVE_LISTING_ID).len("_n"),
+            on=[S.QUERY, S.POSITIVE_LISTING_ID],
+            how="left",
+        )
+        .with_columns(pl.col("_n").fill_null(0))
+    )
     return {
         "negatives": kept.height,
         "false_negatives": false_negatives,
@@ -96,14 +114,15 @@ def _compare_to_naive(variants: dict[str, dict[str, Any]]) -> None:
         metrics["fn_reduction_vs_a"] = naive["false_negative_rate"] / rate if rate else None
         metrics["kept_share_vs_a"] = (
             metrics["negatives_per_query"] / naive["negatives_per_query"]
-            if naive["negatives_per_query"] else None
+            if naive["negatives_per_query"]
+            else None
         )
-        ratio = metrics["_per_query"].join(
-            naive["_per_query"].rename({"_n": "_a"}), on=S.QUERY
-        ).filter(pl.col("_a") > 0)
-        metrics["mean_per_query_kept_share_vs_a"] = float(
-            (ratio["_n"] / ratio["_a"]).mean() or 0.0
+        ratio = (
+            metrics["_per_query"]
+            .join(naive["_per_query"].rename({"_n": "_a"}), on=S.QUERY)
+            .filter(pl.col("_a") > 0)
         )
+        metrics["mean_per_query_kept_share_vs_a"] = float((ratio["_n"] / ratio["_a"]).mean() or 0.0)
     for metrics in variants.values():
         metrics.pop("_per_query")
 
@@ -130,11 +149,10 @@ def evaluate(
     clicks: pl.DataFrame,
     clusters: pl.DataFrame | None,
     encoder: Encoder,
-    truth_column: str = S.TRUE_PRODUCT_ID,
 ) -> dict[str, Any]:
     """Run one retrieval and every variant's filter; return the comparison as a JSON-able dict.
 
-    ``listings`` needs listing_id, title and ``truth_column``; ``clicks`` query and listing_id;
+    ``listings`` needs listing_id, title and true_product_id; ``clicks`` query and listing_id;
     ``clusters`` (listing_id, product_id) from `pairsieve.cluster` (None skips (c) and (d)).
     """
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
@@ -145,7 +163,7 @@ def evaluate(
     )
     candidates = mine.candidate_table(embedded.queries, embedded.listing_ids, scores, ids)
     positives = mine.positive_table(pairs, embedded)
-    maps = product_maps(listings, clusters, truth_column)
+    maps = product_maps(listings, clusters, S.TRUE_PRODUCT_ID)
     no_margin = cfg.mine.model_copy(update={"absolute_margin": None, "relative_margin": None})
     variants: dict[str, dict[str, Any]] = {}
     for name, (product_map, use_margin) in VARIANTS.items():
@@ -159,12 +177,16 @@ def evaluate(
             "products": product_map,
             "margin": use_margin,
             **variant_metrics(kept, positives, maps["truth"], cfg.mine.num_negatives),
-            "dropped_by_reason": mine.summarise(
-                candidates, positives, kept, dropped, mine_cfg
-            )["dropped_by_reason"],
+            "dropped_by_reason": mine.summarise(candidates, positives, kept, dropped, mine_cfg)[
+                "dropped_by_reason"
+            ],
         }
-        log.info("%s: %d negatives, false-negative rate %.4f", name,
-                 variants[name]["negatives"], variants[name]["false_negative_rate"])
+        log.info(
+            "%s: %d negatives, false-negative rate %.4f",
+            name,
+            variants[name]["negatives"],
+            variants[name]["false_negative_rate"],
+        )
     _compare_to_naive(variants)
     return {
         "listings": listings.height,
@@ -193,3 +215,40 @@ def format_table(result: dict[str, Any]) -> str:
             f"| {100 * m['kept_share_vs_a']:.1f}% |"
         )
     return "\n".join(lines)
+
+
+def run_eval(
+    cfg: PairsieveConfig,
+    catalog: pl.DataFrame,
+    out_dir: Path,
+    encoder: Encoder | None = None,
+    truth_column: str = S.TRUE_PRODUCT_ID,
+) -> dict[str, Any]:
+    """`pairsieve mine-eval`: derive a click log from the labelled catalog
+    (`datasets.clicklog.derive_clicks`, seeded by ``cfg.seed``), cluster the catalog with
+    `pairsieve.cluster` (titles only; truth hidden), evaluate, and write
+    ``out_dir/mine_eval.json`` (plus the clusters under ``out_dir/cluster/``).
+
+    Raises:
+        PairsieveError: ``missing_column`` when the catalog lacks ``truth_column``.
+    """
+    from pairsieve import cluster
+    from pairsieve.datasets.clicklog import derive_clicks
+    from pairsieve.embed import load_encoder
+
+    if truth_column not in catalog.columns:
+        raise PairsieveError(
+            "missing_column",
+            "catalog has no ground-truth column",
+            column=truth_column,
+            knob="--truth-column",
+        )
+    encoder = encoder or load_encoder(cfg.embed)
+    clicks = derive_clicks(catalog, truth_column, seed=cfg.seed)
+    cluster.run(cfg, catalog.select(S.LISTING_ID, S.TITLE), Path(out_dir) / "cluster", encoder)
+    clusters = pl.read_parquet(Path(out_dir) / "cluster" / S.PRODUCTS_FILE)
+    truth = catalog.select(S.LISTING_ID, S.TITLE, pl.col(truth_column).alias(S.TRUE_PRODUCT_ID))
+    result = evaluate(cfg, truth, clicks, clusters, encoder)
+    result["click_log"] = {"rows": clicks.height, "seed": cfg.seed}
+    io.write_json(result, Path(out_dir) / "mine_eval.json")
+    return result

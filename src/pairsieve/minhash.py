@@ -46,10 +46,7 @@ def _fmix32(hv: np.ndarray) -> np.ndarray:
 def sha1_hash32(values: Sequence[str]) -> np.ndarray:
     """(n,) uint32: datasketch's default ``sha1_hash32`` of each UTF-8 string."""
     return np.fromiter(
-        (
-            int.from_bytes(hashlib.sha1(v.encode("utf-8")).digest()[:4], "little")
-            for v in values
-        ),
+        (int.from_bytes(hashlib.sha1(v.encode("utf-8")).digest()[:4], "little") for v in values),
         dtype=np.uint32,
         count=len(values),
     )
@@ -61,9 +58,13 @@ def shingle_expr(title_norm: pl.Expr, kind: str, size: int) -> pl.Expr:
         words = title_norm.str.split(" ")
         if size == 1:
             return words.list.unique()
-        return words.list.eval(
-            pl.concat_str([pl.element().shift(-k) for k in range(size)], separator=" ")
-        ).list.drop_nulls().list.unique()
+        return (
+            words.list.eval(
+                pl.concat_str([pl.element().shift(-k) for k in range(size)], separator=" ")
+            )
+            .list.drop_nulls()
+            .list.unique()
+        )
     padded = title_norm
     return padded.map_elements(
         lambda t: list({t[i : i + size] for i in range(max(1, len(t) - size + 1))}),
@@ -114,7 +115,9 @@ def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
     best, best_error = (1, 1), float("inf")
     for b in range(1, num_perm + 1):
         for r in range(1, num_perm // b + 1):
-            error = 0.5 * _area(0.0, threshold, b, r, False) + 0.5 * _area(threshold, 1.0, b, r, True)
+            error = 0.5 * _area(0.0, threshold, b, r, False) + 0.5 * _area(
+                threshold, 1.0, b, r, True
+            )
             if error < best_error:
                 best, best_error = (b, r), error
     return best

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import uuid
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +81,11 @@ def _export_fp32(model_path: str, out: Path) -> None:
 
     dummy = torch.ones(2, 8, dtype=torch.long)
     axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # the tracer warns that a padding check in transformers' mask code becomes a constant;
+        # inputs are never padded beyond the mask, and tests/test_embed.py checks that other
+        # batch sizes and lengths agree with torch
+        warnings.simplefilter("ignore")
         torch.onnx.export(
             _Sentence(),
             (dummy, dummy, torch.zeros_like(dummy)),
@@ -152,7 +157,8 @@ class OnnxEncoder:
     """Sentence vectors from an onnxruntime session and the model's own fast tokenizer.
 
     Texts are sorted by length before batching so each batch pads only to its own longest text
-    (what ``SentenceTransformer.encode`` does too), then returned in input order.
+    (what ``SentenceTransformer.encode`` does too), then returned in input order. The int8
+    variant runs one text per call (see ``__init__``).
     """
 
     def __init__(self, onnx_file: Path, model_path: str, cfg: EmbedConfig, model_key: str) -> None:
@@ -170,7 +176,11 @@ class OnnxEncoder:
         self._session = ort.InferenceSession(
             str(onnx_file), options, providers=["CPUExecutionProvider"]
         )
-        self._batch_size = cfg.batch_size
+        # Dynamic int8 quantises activations with one scale per tensor, i.e. per batch: a title's
+        # vector moved by up to 0.03 with its batch neighbours (measured), so cached vectors would
+        # depend on what else was missing. One text per call makes each vector a function of its
+        # text alone, and costs nothing here (no padding; same titles/s as batches of 128).
+        self._batch_size = 1 if cfg.backend == "onnx-int8" else cfg.batch_size
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """(n,) texts -> (n, d) float32 unit vectors."""

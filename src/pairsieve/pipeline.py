@@ -10,12 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from pairsieve import publish, steps
-from pairsieve.config import PairsieveConfig, build_config
+from pairsieve.config import PairsieveConfig, RunnerConfig, build_config
+from pairsieve.embed import EmbedStats, embed_partition
+from pairsieve.errors import PairsieveError
 from pairsieve.stage import StageResult
 
 # Stages are idempotent (skipped when up to date), so a retry after a transient failure is safe.
@@ -27,9 +29,19 @@ def ingest_task(cfg: PairsieveConfig, clicks: list[str], catalog: list[str], run
     return steps.ingest_step(cfg, clicks, catalog, run_dir)
 
 
+@task(name="plan-embedding", **_TASK_OPTIONS)
+def plan_embedding_task(cfg: PairsieveConfig, run_dir: Path) -> list[list[str]]:
+    return steps.embedding_partitions(cfg, run_dir)
+
+
+@task(name="embed-partition", **_TASK_OPTIONS)
+def embed_partition_task(texts: list[str], cfg: PairsieveConfig) -> EmbedStats:
+    return embed_partition(texts, cfg)
+
+
 @task(name="cluster", **_TASK_OPTIONS)
-def cluster_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
-    return steps.cluster_step(cfg, run_dir)
+def cluster_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> StageResult:
+    return steps.cluster_step(cfg, run_dir, Path(previous) if previous else None)
 
 
 @task(name="mine", **_TASK_OPTIONS)
@@ -66,6 +78,40 @@ def publish_task(out: str) -> Path:
     return publish.publish(out)
 
 
+def task_runner_for(runner: RunnerConfig):
+    """The Prefect task runner the config asks for; mapped per-partition tasks run on it.
+
+    Raises:
+        PairsieveError: ``missing_dependency`` when the Ray integration is not installed.
+    """
+    if runner.task_runner == "threads":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=runner.workers)
+    if runner.task_runner == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        if runner.address:
+            return DaskTaskRunner(address=runner.address)
+        return DaskTaskRunner(
+            cluster_kwargs={"n_workers": runner.workers, "threads_per_worker": 1, "processes": True}
+        )
+    try:
+        from prefect_ray import RayTaskRunner
+    except ImportError:
+        raise PairsieveError(
+            "missing_dependency",
+            "runner.task_runner = 'ray' needs `pip install prefect-ray`",
+            knob="runner.task_runner",
+        ) from None
+    return RayTaskRunner(address=runner.address) if runner.address else RayTaskRunner()
+
+
+def build_flow(cfg: PairsieveConfig):
+    """The `build` flow bound to the task runner of ``cfg``."""
+    return build.with_options(task_runner=task_runner_for(cfg.runner))
+
+
 def _as_list(paths: str | list[str]) -> list[str]:
     return [paths] if isinstance(paths, str) else list(paths)
 
@@ -76,17 +122,21 @@ def build(
     catalog: str | list[str],
     out: str,
     config: dict[str, Any] | None = None,
+    previous: str | None = None,
 ) -> dict[str, Any]:
     """Ingest, cluster, mine, shard and report, then publish the build folder ``out`` atomically.
 
     One build at a time writes ``out`` (a lock beside it); work happens in a staging folder that
-    a crashed run resumes from, and readers see the new build only once it is complete.
+    a crashed run resumes from, and readers see the new build only once it is complete. With
+    ``previous`` (the last published build folder) product ids carry over from it.
     """
     cfg = build_config(config or {})
     with publish.build_lock(out):
         run_dir = staging_task(out)
         results = [ingest_task(cfg, _as_list(clicks), _as_list(catalog), run_dir)]
-        results.append(cluster_task(cfg, run_dir))
+        partitions = plan_embedding_task(cfg, run_dir)
+        embed_partition_task.map(partitions, unmapped(cfg)).result()
+        results.append(cluster_task(cfg, run_dir, previous))
         results.append(mine_task(cfg, run_dir))
         results.append(shards_task(cfg, run_dir))
         results.append(report_task(cfg, run_dir))
@@ -100,7 +150,8 @@ BUILD_SCHEDULE = "0 3 * * *"  # nightly, after the day's click logs have landed
 
 def build_deployment(parameters: dict[str, Any], cron: str = BUILD_SCHEDULE):
     """The scheduled `build` deployment with its parameters (used by flows/ and `serve`)."""
-    return build.to_deployment(name="pairsieve-build", cron=cron, parameters=parameters)
+    cfg = build_config(parameters.get("config") or {})
+    return build_flow(cfg).to_deployment(name="pairsieve-build", cron=cron, parameters=parameters)
 
 
 def serve_deployments(build_parameters: dict[str, Any], cron: str = BUILD_SCHEDULE) -> None:

@@ -120,19 +120,24 @@ def publish(out: str | Path) -> Path:
     return out
 
 
+def manifest_files(manifest: dict) -> dict[str, str]:
+    """File name -> sha256 of every file a shards manifest lists (train and eval splits)."""
+    return {entry["name"]: entry["sha256"] for split in manifest["files"].values() for entry in split}
+
+
 def verify(build_dir: str | Path) -> list[str]:
     """Problems found checking ``build_dir/shards`` against its manifest (empty when intact)."""
     shards = Path(build_dir) / "shards"
     manifest_path = shards / MANIFEST_FILE
     if not manifest_path.exists():
         return [f"missing {manifest_path}"]
-    listed: dict[str, dict] = json.loads(manifest_path.read_text())["files"]
+    listed = manifest_files(json.loads(manifest_path.read_text()))
     problems = []
-    for name, entry in sorted(listed.items()):
+    for name, sha256 in sorted(listed.items()):
         path = shards / name
         if not path.exists():
             problems.append(f"missing file {name}")
-        elif io.sha256_file(path) != entry["sha256"]:
+        elif io.sha256_file(path) != sha256:
             problems.append(f"sha256 mismatch {name}")
     present = {p.name for p in shards.iterdir() if p.is_file()}
     for extra in sorted(present - set(listed) - {MANIFEST_FILE, STAGE_JSON}):

@@ -39,6 +39,7 @@ SECTION_ORDER = (
 )
 # Thresholds of the recommendations, stated in the text each one prints.
 MAX_FN_PER_ANCHOR = 0.01  # above this many same-product candidates per anchor, mask or reorder
+MIN_P_CLEAN = 0.95  # below this share of clean random batches, mask or reorder
 SAFE_FN_PER_ANCHOR = 0.1  # largest unmasked batch keeps expected false negatives below this
 
 
@@ -76,34 +77,52 @@ def duplicates_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] |
     )
 
 
-def batches_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
-    """κ tables over the shard rows and their replay in shard order and in a seeded shuffle; when
-    there are no shards, κ over the clicked (query, listing) pairs."""
-    shards = _read(run_dir / "shards" / "train-*.parquet")
-    if shards is not None and shards.height:
-        labels = shards[S.LABEL].list.to_array(shards[S.LABEL].list.len().max()).to_numpy()
-        manifest_path = run_dir / "shards" / S.MANIFEST_FILE
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-        replay = {
-            "positives": labels[:, 0],
-            "negatives": labels[:, 1:] if labels.shape[1] > 1 else None,
-            "batch_size": int(manifest.get("batch_size", cfg.shards.batch_size)),
-            "orders": ["shard order", "seeded shuffle"],
-        }
-        return R.batches_section(cfg, shards[S.POSITIVE].to_numpy(), labels[:, 0], replay)
+def click_rows(run_dir: Path) -> pl.DataFrame | None:
+    """The clicked (query, listing) pairs with their title and product: what a trainer without
+    pairsieve would batch."""
     clicks = _read(run_dir / "ingest" / S.CLICKS_FILE)
     products = _read(run_dir / "cluster" / S.PRODUCTS_FILE)
     listings = _read(run_dir / "ingest" / S.LISTINGS_FILE)
     if clicks is None or products is None or listings is None:
         return None
-    rows = (
+    return (
         clicks.select(S.QUERY, S.LISTING_ID)
         .unique()
         .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
         .join(listings.select(S.LISTING_ID, S.TITLE), on=S.LISTING_ID)
         .sort(S.QUERY, S.LISTING_ID)
     )
-    return R.batches_section(cfg, rows[S.TITLE].to_numpy(), rows[S.PRODUCT_ID].to_numpy())
+
+
+def shard_replay(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Product ids of the train shards' rows in file order (positives, and negatives (rows, k))."""
+    shards = _read(run_dir / "shards" / "train-*.parquet")
+    if shards is None or shards.is_empty():
+        return None
+    labels = shards[S.LABEL].list.to_array(shards[S.LABEL].list.len().max()).to_numpy()
+    manifest_path = run_dir / "shards" / S.MANIFEST_FILE
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    return {
+        "positives": labels[:, 0],
+        "negatives": labels[:, 1:] if labels.shape[1] > 1 else None,
+        "texts": shards[S.POSITIVE].to_numpy(),
+        "batch_size": int(manifest.get("batch_size", cfg.shards.batch_size)),
+        "orders": ["shard order", "seeded shuffle"],
+    }
+
+
+def batches_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
+    """κ tables over the clicked pairs (over the shard rows when ingest outputs are absent), and
+    the shards replayed in their order and in a seeded shuffle."""
+    rows = click_rows(run_dir)
+    replay = shard_replay(cfg, run_dir)
+    if rows is not None:
+        texts, products = rows[S.TITLE].to_numpy(), rows[S.PRODUCT_ID].to_numpy()
+    elif replay is not None:
+        texts, products = replay["texts"], replay["positives"]
+    else:
+        return None
+    return R.batches_section(cfg, texts, products, replay)
 
 
 def mine_scores(run_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame] | None:
@@ -189,12 +208,14 @@ def _batch_recommendations(cfg: PairsieveConfig, batches: dict[str, Any]) -> lis
     kappa = batches["figures"]["kappa_product"]
     b0 = cfg.shards.batch_size
     fn = impact.expected_false_negatives(b0, kappa)
-    if fn >= MAX_FN_PER_ANCHOR:
+    p_clean = batches["figures"]["p_batch_clean_at_training_batch"]
+    if fn >= MAX_FN_PER_ANCHOR or (p_clean is not None and p_clean < MIN_P_CLEAN):
         recs.append(
             {
                 "recommendation": f"Mask or reorder: a random batch of {b0} holds {fn:.3f} "
-                f"same-product candidates per anchor (≥ {MAX_FN_PER_ANCHOR}); train on "
-                "product-disjoint shards or with the masked loss.",
+                f"same-product candidates per anchor and is clean with probability "
+                f"{report_html.fmt(p_clean)} (thresholds {MAX_FN_PER_ANCHOR} and {MIN_P_CLEAN}); "
+                "train on product-disjoint shards or with the masked loss.",
                 "rests_on": "In-batch false negatives: product-level κ table / chart-collisions",
             }
         )
@@ -202,7 +223,8 @@ def _batch_recommendations(cfg: PairsieveConfig, batches: dict[str, Any]) -> lis
         recs.append(
             {
                 "recommendation": f"Masking is optional at batch size {b0}: {fn:.4f} same-product "
-                f"candidates per anchor (< {MAX_FN_PER_ANCHOR}).",
+                f"candidates per anchor (< {MAX_FN_PER_ANCHOR}), P(clean batch) "
+                f"{report_html.fmt(p_clean)} (≥ {MIN_P_CLEAN}).",
                 "rests_on": "In-batch false negatives: product-level κ table",
             }
         )

@@ -201,6 +201,13 @@ def batches_section(
         "share_missed_by_text_dedupe": (
             (kappa_product - kappa_text) / kappa_product if kappa_product else 0.0
         ),
+        "training_batch_size": cfg.shards.batch_size,
+        "false_negatives_per_anchor_at_training_batch": impact.expected_false_negatives(
+            cfg.shards.batch_size, kappa_product
+        ),
+        "p_batch_clean_at_training_batch": impact.p_batch_clean(
+            product_sizes, cfg.shards.batch_size
+        ),
     }
     tables = {
         "exact-text level (NoDuplicatesBatchSampler)": text_table,

@@ -62,7 +62,11 @@ def is_eval_product(seed: int, product_id: str, fraction: float) -> bool:
 # --- reading and joining the inputs ---------------------------------------------------------------
 
 
+_TEXT_KEYS = (S.QUERY, S.LISTING_ID, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.PRODUCT_ID)
+
+
 def _lazy(source: Source, name: str, required: tuple[str, ...]) -> pl.LazyFrame:
+    """The input as a lazy frame with its key columns as strings; missing columns stop the run."""
     frame = source.lazy() if isinstance(source, pl.DataFrame) else pl.scan_parquet(source)
     columns = frame.collect_schema().names()
     for column in required:
@@ -71,7 +75,7 @@ def _lazy(source: Source, name: str, required: tuple[str, ...]) -> pl.LazyFrame:
             raise PairsieveError(
                 "missing_column", f"{name} has no column {column!r}", file=where, column=column
             )
-    return frame
+    return frame.with_columns(pl.col(c).cast(pl.String) for c in required if c in _TEXT_KEYS)
 
 
 def _join_key(clicks: pl.LazyFrame, negatives: pl.LazyFrame) -> str:
@@ -140,10 +144,30 @@ def _negative_lists(
         pl.col(S.NEGATIVE_LISTING_ID).head(k).alias(S.NEGATIVE_LISTING_IDS),
         pl.col(S.TITLE).head(k).alias(_NEG_TEXTS),
         pl.col(_POS_INT).head(k).alias(S.NEGATIVE_PRODUCT_IDS),
-        pl.col(S.SCORE).head(k).alias(S.NEGATIVE_SCORES),
-        pl.col(S.POSITIVE_SCORE).first(),
+        pl.col(S.SCORE).cast(pl.Float64).head(k).alias(S.NEGATIVE_SCORES),
+        pl.col(S.POSITIVE_SCORE).cast(pl.Float64).first(),
         pl.len().alias(_N_NEG),
     )
+
+
+def _with_order(rows: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """Add the seeded priority and query group, and sort by it: the canonical row order."""
+    order_keys = [
+        seeded_hash(seed, q, lid)
+        for q, lid in zip(rows[_KEY].to_list(), rows[S.POSITIVE_LISTING_ID].to_list(), strict=True)
+    ]
+    return rows.with_columns(
+        pl.Series(_ORDER, order_keys, dtype=pl.UInt64),
+        pl.col(_KEY).rank("dense").cast(pl.Int64).alias(_GROUP),
+    ).sort(_ORDER, _KEY, S.POSITIVE_LISTING_ID)
+
+
+def _unknown_negatives(neg: pl.LazyFrame, lst: pl.LazyFrame, prd: pl.LazyFrame) -> int:
+    """Mined negative rows naming a listing absent from the catalog or products (skipped)."""
+    known = prd.filter(pl.col(_POS_INT).is_not_null()).join(lst, on=S.LISTING_ID, how="semi")
+    known = known.select(pl.col(S.LISTING_ID).alias(S.NEGATIVE_LISTING_ID))
+    unknown = neg.join(known, on=S.NEGATIVE_LISTING_ID, how="anti")
+    return unknown.select(pl.len()).collect().item()
 
 
 def assemble_rows(
@@ -184,15 +208,14 @@ def assemble_rows(
     short = rows[_N_NEG] < k
     dropped["too_few_negatives"] = int(short.sum())
     rows = rows.filter(~short)
-    order_keys = [
-        seeded_hash(cfg.seed, q, lid)
-        for q, lid in zip(rows[_KEY].to_list(), rows[S.POSITIVE_LISTING_ID].to_list(), strict=True)
-    ]
-    rows = rows.with_columns(
-        pl.Series(_ORDER, order_keys, dtype=pl.UInt64),
-        pl.col(_KEY).rank("dense").cast(pl.Int64).alias(_GROUP),
-    ).sort(_ORDER, _KEY, S.POSITIVE_LISTING_ID)
-    details = {"query_key": key, "pairs": len(pairs), "num_negatives": k}
+    rows = _with_order(rows, cfg.seed)
+    details = {
+        "query_key": key,
+        "pairs": len(pairs),
+        "num_negatives": k,
+        # mined negatives skipped because their listing is not in the catalog or products
+        "negatives_unknown_listing": _unknown_negatives(neg, lst, prd),
+    }
     return rows, {r: int(n) for r, n in dropped.items()}, details
 
 

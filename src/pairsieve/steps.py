@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from pairsieve import schemas as S
@@ -67,18 +68,67 @@ def ingest_step(
     )
 
 
-def cluster_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
-    """Cluster ingested listings into products under `run_dir/cluster/`."""
+def embedding_partitions(cfg: PairsieveConfig, run_dir: Path) -> list[list[str]]:
+    """Texts that cluster and mine will embed (titles, queries) and the cache lacks, partitioned.
+
+    Mapping `embed.embed_partition` over these on the configured task runner fills the shared
+    cache in parallel (threads, or Dask/Ray workers); the stages then find every vector cached.
+    """
+    import polars as pl
+
+    from pairsieve.embed import cache_for, plan_partitions
+
+    titles = pl.read_parquet(_stage_path(run_dir, "ingest", S.LISTINGS_FILE), columns=[S.TITLE])
+    queries = pl.read_parquet(_stage_path(run_dir, "ingest", S.CLICKS_FILE), columns=[S.QUERY])
+    texts = titles[S.TITLE].to_list() + queries[S.QUERY].to_list()
+    return plan_partitions(texts, cache_for(cfg), cfg.embed.partition_size)
+
+
+def _with_lineage(result: StageResult, tmp: Path, previous: Path | None) -> StageResult:
+    """Carry product ids over from the previous build (see `lineage`), recording the changes."""
+    import polars as pl
+
+    from pairsieve import io, lineage
+    from pairsieve.stage import load_result
+
+    products = pl.read_parquet(tmp / S.PRODUCTS_FILE)
+    build_number = 0
+    if previous is None:
+        products, changes = lineage.first_build(products), lineage.empty_changes()
+    else:
+        before = pl.read_parquet(previous / "cluster" / S.PRODUCTS_FILE)
+        if lineage.FIRST_SEEN not in before.columns:
+            before = lineage.first_build(before)
+        recorded = load_result(previous / "cluster")
+        build_number = (recorded.details.get("build_number", 0) if recorded else 0) + 1
+        products, changes = lineage.reconcile(products, before, build_number)
+    io.write_parquet(products, tmp / S.PRODUCTS_FILE)
+    io.write_parquet(changes, tmp / lineage.ID_CHANGES_FILE)
+    counts = dict(sorted(changes[lineage.CHANGE].value_counts().iter_rows()))
+    details = {**result.details, "build_number": build_number, "id_changes": counts}
+    outputs = {**result.outputs, "id_changes": lineage.ID_CHANGES_FILE}
+    return replace(result, details=details, outputs=outputs)
+
+
+def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None) -> StageResult:
+    """Cluster ingested listings into products under `run_dir/cluster/`.
+
+    With ``previous`` (the folder of the last published build) product ids carry over from it.
+    """
     from pairsieve import cluster
+    from pairsieve.io import sha256_file
 
     listings = _stage_path(run_dir, "ingest", S.LISTINGS_FILE)
-    return run_stage(
-        "cluster",
-        run_dir,
-        section_hash(cfg, "cluster"),
-        stage_fingerprint(run_dir, list(UPSTREAM["cluster"])),
-        lambda tmp: cluster.run(cfg, listings, tmp, shared_encoder(cfg.embed)),
-    )
+    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["cluster"]))
+    if previous is not None:
+        previous = Path(previous)
+        fingerprint += ":" + sha256_file(previous / "cluster" / S.PRODUCTS_FILE)
+
+    def body(tmp: Path) -> StageResult:
+        result = cluster.run(cfg, listings, tmp, shared_encoder(cfg.embed))
+        return _with_lineage(result, tmp, previous)
+
+    return run_stage("cluster", run_dir, section_hash(cfg, "cluster"), fingerprint, body)
 
 
 def mine_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:

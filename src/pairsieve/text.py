@@ -22,8 +22,7 @@ import polars as pl
 
 # Units whose spelling varies between sellers ("64 GB", "64gb", "64-gb"): glued to their number.
 UNITS = (
-    "tb|gb|mb|kb|mah|wh|mp|mpx|ghz|mhz|hz|w|kw|v|mm|cm|m|l|ml|kg|g|in|inch|"
-    "mbps|gbps|rpm|db|k|p|x"
+    "tb|gb|mb|kb|mah|wh|mp|mpx|ghz|mhz|hz|w|kw|v|mm|cm|m|l|ml|kg|g|in|inch|mbps|gbps|rpm|db|k|p|x"
 )
 _UNIT_GLUE = rf"(\d)[\s\-]+({UNITS})\b"
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
@@ -56,21 +55,47 @@ def normalize(text: str) -> str:
 # A unit spelled as a word ("inch", "litre") or symbol maps to one unit class, so "55in" and
 # "55 inch" compare equal; tb becomes 1000 gb so "1tb" and "1000gb" agree.
 _UNIT_CLASS = {
-    "tb": ("bytes", 1000.0), "gb": ("bytes", 1.0), "mb": ("bytes", 0.001),
-    "mah": ("charge", 1.0), "wh": ("energy", 1.0), "mp": ("pixels", 1.0), "mpx": ("pixels", 1.0),
-    "ghz": ("freq", 1000.0), "mhz": ("freq", 1.0), "hz": ("refresh", 1.0),
-    "w": ("power", 1.0), "kw": ("power", 1000.0), "v": ("volt", 1.0),
-    "mm": ("length", 0.1), "cm": ("length", 1.0), "m": ("length", 100.0),
-    "l": ("volume", 1.0), "ltr": ("volume", 1.0), "litre": ("volume", 1.0),
-    "liter": ("volume", 1.0), "ml": ("volume", 0.001),
-    "kg": ("mass", 1.0), "g": ("mass", 0.001),
-    "in": ("inch", 1.0), "inch": ("inch", 1.0), "inches": ("inch", 1.0), '"': ("inch", 1.0),
-    "rpm": ("rpm", 1.0), "db": ("noise", 1.0), "mbps": ("rate", 1.0), "gbps": ("rate", 1000.0),
-    "p": ("lines", 1.0), "k": ("k", 1.0), "x": ("times", 1.0),
-    "pack": ("pack", 1.0), "pcs": ("pack", 1.0), "pk": ("pack", 1.0),
+    "tb": ("bytes", 1000.0),
+    "gb": ("bytes", 1.0),
+    "mb": ("bytes", 0.001),
+    "mah": ("charge", 1.0),
+    "wh": ("energy", 1.0),
+    "mp": ("pixels", 1.0),
+    "mpx": ("pixels", 1.0),
+    "ghz": ("freq", 1000.0),
+    "mhz": ("freq", 1.0),
+    "hz": ("refresh", 1.0),
+    "w": ("power", 1.0),
+    "kw": ("power", 1000.0),
+    "v": ("volt", 1.0),
+    "mm": ("length", 0.1),
+    "cm": ("length", 1.0),
+    "m": ("length", 100.0),
+    "l": ("volume", 1.0),
+    "ltr": ("volume", 1.0),
+    "litre": ("volume", 1.0),
+    "liter": ("volume", 1.0),
+    "ml": ("volume", 0.001),
+    "kg": ("mass", 1.0),
+    "g": ("mass", 0.001),
+    "in": ("inch", 1.0),
+    "inch": ("inch", 1.0),
+    "inches": ("inch", 1.0),
+    '"': ("inch", 1.0),
+    "rpm": ("rpm", 1.0),
+    "db": ("noise", 1.0),
+    "mbps": ("rate", 1.0),
+    "gbps": ("rate", 1000.0),
+    "p": ("lines", 1.0),
+    "k": ("k", 1.0),
+    "x": ("times", 1.0),
+    "pack": ("pack", 1.0),
+    "pcs": ("pack", 1.0),
+    "pk": ("pack", 1.0),
 }
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(" + "|".join(sorted(_UNIT_CLASS, key=len, reverse=True))
-                       + r")$")
+_QUANTITY = re.compile(
+    r"^(\d+(?:\.\d+)?)(" + "|".join(sorted(_UNIT_CLASS, key=len, reverse=True)) + r")$"
+)
 # Mobile network generations look like quantities ("4g") but name a radio, not a size.
 _NETWORK = frozenset({"2g", "3g", "4g", "5g", "lte"})
 _NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
@@ -84,22 +109,84 @@ _PLUS = re.compile(r"(?<=[a-z0-9])\+")
 
 # Variant words name a different product without any digit (issue 3: "plus", "xs", "max",
 # "mark ii", roman numerals). General product vocabulary, not tuned to one data set.
-VARIANT_WORDS = frozenset({
-    "plus", "pro", "max", "mini", "lite", "ultra", "xs", "xr", "xl", "se", "neo", "edge",
-    "note", "prime", "air", "duo", "go",
-})
+VARIANT_WORDS = frozenset(
+    {
+        "plus",
+        "pro",
+        "max",
+        "mini",
+        "lite",
+        "ultra",
+        "xs",
+        "xr",
+        "xl",
+        "se",
+        "neo",
+        "edge",
+        "note",
+        "prime",
+        "air",
+        "duo",
+        "go",
+    }
+)
 # Generation markers ("mark ii", roman numerals) separate products even under one model code
 # ("rx100 iv" vs "rx100 vi", "lx100" vs "lx100 mark ii").
-GENERATION_WORDS = frozenset({"mark", "mk", "ii", "iii", "iv", "vi", "vii", "viii", "ix", "xi", "xii"})
+GENERATION_WORDS = frozenset(
+    {"mark", "mk", "ii", "iii", "iv", "vi", "vii", "viii", "ix", "xi", "xii"}
+)
 # Colour words (and common German/French spellings) are variants of one product in some
 # categories and separate SKUs in others, so they neither veto nor count towards Jaccard.
-COLOUR_WORDS = frozenset({
-    "black", "white", "silver", "grey", "gray", "gold", "rose", "red", "blue", "green",
-    "pink", "purple", "yellow", "orange", "brown", "bronze", "graphite", "midnight", "space",
-    "titanium", "champagne", "cream", "beige", "inox", "stainless", "steel", "chrome",
-    "schwarz", "weiss", "weiß", "silber", "grau", "spacegrau", "blau", "rot", "noir", "blanc",
-    "argent", "gris", "or", "rosegold", "jet", "matte", "glossy", "anthracite", "aluminium",
-})
+COLOUR_WORDS = frozenset(
+    {
+        "black",
+        "white",
+        "silver",
+        "grey",
+        "gray",
+        "gold",
+        "rose",
+        "red",
+        "blue",
+        "green",
+        "pink",
+        "purple",
+        "yellow",
+        "orange",
+        "brown",
+        "bronze",
+        "graphite",
+        "midnight",
+        "space",
+        "titanium",
+        "champagne",
+        "cream",
+        "beige",
+        "inox",
+        "stainless",
+        "steel",
+        "chrome",
+        "schwarz",
+        "weiss",
+        "weiß",
+        "silber",
+        "grau",
+        "spacegrau",
+        "blau",
+        "rot",
+        "noir",
+        "blanc",
+        "argent",
+        "gris",
+        "or",
+        "rosegold",
+        "jet",
+        "matte",
+        "glossy",
+        "anthracite",
+        "aluminium",
+    }
+)
 
 
 def tokens(title_norm: str) -> list[str]:
@@ -120,6 +207,7 @@ class Attributes:
     """What a title says about its product, beyond its words.
 
     ``codes`` are model codes (>= 4 chars, letters and >= 2 digits, not a quantity);
+    ``joined`` codes split by a space and rejoined ("gnp 2713" -> "gnp2713");
     ``models`` short letter-digit tokens ("s8", "a2"); ``numbers`` bare numbers;
     ``quantities`` (unit class, value) pairs; ``variants`` digit-less variant words;
     ``generations`` generation markers;
@@ -127,6 +215,7 @@ class Attributes:
     """
 
     codes: frozenset[str]
+    joined: frozenset[str]
     models: frozenset[str]
     numbers: frozenset[str]
     quantities: frozenset[tuple[str, float]]
@@ -141,7 +230,7 @@ class Attributes:
         Titles such as "washing machine" (90 offers of 90 products in PriceRunner) carry no
         identifying token; they are never merged on text alone.
         """
-        if self.codes or self.models:
+        if self.codes or self.joined or self.models:
             return True
         named = self.variants | self.generations
         cues = bool(named) + bool(self.numbers) + bool(self.quantities)
@@ -150,9 +239,9 @@ class Attributes:
     def without_codes(self, common: set[str] | frozenset[str]) -> Attributes:
         """A copy whose codes exclude ``common`` ones: a code on many different titles
         ("hdr1000", "lga1151") names a feature, not a product."""
-        if not self.codes & common:
+        if not (self.codes | self.joined) & common:
             return self
-        return replace(self, codes=self.codes - common)
+        return replace(self, codes=self.codes - common, joined=self.joined - common)
 
 
 def _is_code(tok: str) -> bool:
@@ -165,8 +254,9 @@ def _is_code(tok: str) -> bool:
 
 _ROMAN = {"1": "i", "2": "ii", "3": "iii", "4": "iv", "5": "v", "6": "vi", "7": "vii", "8": "viii"}
 _MARK = re.compile(r"^(?:mark|mk)(\d|i{1,3}|iv|v|vi{1,3})$")
-_VARIANT_DIGITS = re.compile(r"^(" + "|".join(sorted(VARIANT_WORDS, key=len, reverse=True))
-                             + r")(\d{1,2})$")
+_VARIANT_DIGITS = re.compile(
+    r"^(" + "|".join(sorted(VARIANT_WORDS, key=len, reverse=True)) + r")(\d{1,2})$"
+)
 
 
 def _generation(tok: str, nxt: str) -> str | None:
@@ -213,7 +303,7 @@ def _split_glued(toks: list[str]) -> list[str]:
 def extract_attributes(title_norm: str) -> Attributes:
     """Attributes of one normalised title (see `Attributes`)."""
     toks = _split_glued(tokens(title_norm))
-    codes, models, numbers, quantities = _joined_codes(toks), set(), set(), set()
+    codes, models, numbers, quantities = set(), set(), set(), set()
     variants, generations = set(), set()
     for i, tok in enumerate(toks):
         quantity = _QUANTITY.match(tok)
@@ -236,6 +326,7 @@ def extract_attributes(title_norm: str) -> Attributes:
     words = frozenset(t for t in toks if t not in COLOUR_WORDS)
     return Attributes(
         codes=frozenset(codes),
+        joined=frozenset(_joined_codes(toks) - codes),
         models=frozenset(models),
         numbers=frozenset(numbers),
         quantities=frozenset(quantities),
@@ -283,31 +374,27 @@ def code_keys(code: str) -> set[str]:
     return keys
 
 
-def _grams(code: str, n: int = 4) -> set[str]:
-    return {code[i : i + n] for i in range(len(code) - n + 1) if any(c.isdigit() for c in code[i : i + n])}
-
-
 def compare_codes(a: Attributes, b: Attributes) -> tuple[bool, bool]:
     """(shared, conflicting) model codes of two titles.
 
-    Shared: some pair of codes is compatible (`codes_compatible`). Conflicting: two codes of
-    one family differ ("ue55nu8000" vs "ue65nu8000": incompatible yet sharing a 4-gram with a
-    digit), or each title has a code the other cannot match ("i7 2600k" vs "i7 3770" sharing
-    only a socket number). A conflict cancels a shared code: one common accessory or seller
-    code ("wc01") must not merge two TVs.
+    Shared: some pair of codes (space-joined ones included) is compatible (`codes_compatible`).
+    Conflicting: each title has a code the other cannot match, such as two codes of one family
+    ("ue55nu8000" vs "ue65nu8000") or "i7 2600k" vs "i7 3770" sharing only a socket number. A
+    conflict cancels a shared code: one common accessory or seller code ("wc01") must not
+    merge two TVs. Space-joined codes ("sony rx100" -> "sonyrx100") may match but never
+    conflict, as most joins are not codes.
     """
-    if not a.codes or not b.codes:
+    if not (a.codes or a.joined) or not (b.codes or b.joined):
         return False, False
-    matched_a, matched_b, near_miss = set(), set(), False
-    for x in a.codes:
-        for y in b.codes:
-            if codes_compatible(x, y):
+    matched_a, matched_b, shared = set(), set(), False
+    for x in a.codes | a.joined:
+        for y in b.codes | b.joined:
+            if x in y or y in x:  # a short contained code ("1486" in "gp1486") is no conflict
                 matched_a.add(x)
                 matched_b.add(y)
-            elif not near_miss and _grams(x) & _grams(y):
-                near_miss = True
-    conflicting = near_miss or (len(matched_a) < len(a.codes) and len(matched_b) < len(b.codes))
-    return bool(matched_a) and not conflicting, conflicting
+                shared = shared or codes_compatible(x, y)
+    conflicting = bool(a.codes - matched_a) and bool(b.codes - matched_b)
+    return shared and not conflicting, conflicting
 
 
 def codes_match(a: Attributes, b: Attributes) -> bool:
@@ -337,7 +424,7 @@ def conflict(a: Attributes, b: Attributes) -> str | None:
     generation marker.
     """
     shared_code, code_conflict = compare_codes(a, b)
-    if code_conflict or (a.codes and b.codes and not shared_code):
+    if code_conflict:
         return "model_code_conflict"
     reason = _quantity_conflict(a, b)
     if reason:

@@ -121,8 +121,10 @@ def _anchor_groups(dataset: Any, label_column: str) -> np.ndarray:
     text_columns = [c for c in dataset.column_names if c != label_column]
     if not text_columns:
         return np.arange(len(dataset), dtype=np.int64)
-    anchors = dataset.with_format("arrow")[text_columns[0]].to_numpy(zero_copy_only=False)
-    return np.unique(anchors.astype(str), return_inverse=True)[1].astype(np.int64)
+    anchors = dataset.with_format("arrow")[text_columns[0]]
+    if hasattr(anchors, "combine_chunks"):
+        anchors = anchors.combine_chunks()
+    return anchors.dictionary_encode().indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
 class ProductDisjointBatchSampler(DefaultBatchSampler):

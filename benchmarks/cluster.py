@@ -1,0 +1,99 @@
+"""Cluster-stage throughput: MinHash path on a generated catalog, vs datasketch in a loop.
+
+    python benchmarks/cluster.py --listings 1000000            # MinHash path (no embeddings)
+    python benchmarks/cluster.py --listings 20000 --embedding  # + embedding path, cold and warm
+
+The MinHash path is signatures + LSH + code blocks + verification + clustering
+(`cluster.use_embeddings = false`). The baseline is `datasketch.MinHash.update` in a Python
+loop over the same word shingles for a sample, scaled to the same listing count (ratio).
+Peak RSS is read from the kernel (ru_maxrss) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import tempfile
+import time
+
+import polars as pl
+from datasketch import MinHash
+
+from pairsieve import cluster, evaluate, minhash
+from pairsieve.config import PairsieveConfig
+from pairsieve.datasets.synth import catalog_chunk
+
+
+def generated_catalog(listings: int, seed: int) -> pl.DataFrame:
+    products = max(1, int(listings / 4.3))
+    return catalog_chunk(0, products, products, seed).head(listings)
+
+
+def datasketch_loop_seconds(titles: list[str], num_perm: int, seed: int) -> float:
+    """datasketch.MinHash.update per word shingle, one MinHash per title."""
+    started = time.perf_counter()
+    for title in titles:
+        m = MinHash(num_perm=num_perm, seed=seed)
+        for word in set(title.split(" ")):
+            m.update(word.encode("utf-8"))
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--listings", type=int, default=1_000_000)
+    parser.add_argument("--sample", type=int, default=20_000, help="datasketch loop sample")
+    parser.add_argument("--embedding", action="store_true")
+    args = parser.parse_args()
+    catalog = generated_catalog(args.listings, seed=0)
+    cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False})
+    truth = catalog.select(cluster.S.LISTING_ID, cluster.S.TRUE_PRODUCT_ID)
+    started = time.perf_counter()
+    result = cluster.cluster_listings(cfg, catalog.drop(cluster.S.TRUE_PRODUCT_ID))
+    path_s = time.perf_counter() - started
+    titles = result.frame[cluster.S.TITLE_NORM].to_list()
+    started = time.perf_counter()
+    shingles = pl.select(minhash.shingle_expr(pl.lit(pl.Series(titles)), "word", 1)).to_series()
+    minhash.signatures(shingles, cfg.cluster.num_perm, cfg.seed)
+    ours_sig_s = time.perf_counter() - started
+    loop_s = datasketch_loop_seconds(titles[: args.sample], cfg.cluster.num_perm, cfg.seed)
+    loop_scaled = loop_s * len(titles) / min(len(titles), args.sample)
+    ordered = result.frame.join(truth, on=cluster.S.LISTING_ID, how="left")
+    scores = evaluate.score(result.listing_labels(), ordered[cluster.S.TRUE_PRODUCT_ID])
+    report = {
+        "listings": len(catalog),
+        "minhash_path_s": round(path_s, 1),
+        "stage_timings_s": result.details["timings"],
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "signatures_vectorised_s": round(ours_sig_s, 2),
+        "datasketch_loop_s_scaled": round(loop_scaled, 1),
+        "signature_speedup": round(loop_scaled / ours_sig_s, 1),
+        "candidate_pairs": result.details["candidate_pairs"],
+        "synthetic_pairwise_f1": scores.pairwise_f1,
+        "synthetic_bcubed_f1": scores.bcubed_f1,
+    }
+    if args.embedding:
+        report.update(embedding_throughput(catalog.drop(cluster.S.TRUE_PRODUCT_ID)))
+    print(json.dumps(report, indent=2))
+
+
+def embedding_throughput(catalog: pl.DataFrame) -> dict[str, float]:
+    """Full clustering with embeddings, cold (empty cache) then warm, in listings/s."""
+    from pairsieve.embed import load_encoder
+
+    out = {}
+    with tempfile.TemporaryDirectory() as cache:
+        cfg = PairsieveConfig().with_(cache_dir=cache)
+        encoder = load_encoder(cfg.embed)
+        for label in ("cold", "warm"):
+            started = time.perf_counter()
+            cluster.cluster_listings(cfg, catalog, encoder)
+            out[f"embedding_path_{label}_listings_per_s"] = round(
+                len(catalog) / (time.perf_counter() - started), 1
+            )
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""End-to-end builds on slices of the bundled sample: the Prefect flow, resumption, id lineage,
+and identical results on the thread and Dask task runners."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pairsieve import steps
+from pairsieve.config import load_config
+from pairsieve.embed import embed_partition
+from pairsieve.lineage import ID_CHANGES_FILE
+from pairsieve.publish import manifest_files, verify
+from pairsieve.schemas import TRUE_PRODUCT_ID
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample"
+
+
+def _slice(folder: Path, products: list[str], drop_listings: set[str] = frozenset()) -> Path:
+    """Catalog and clicks of some sample products, written as parquet into ``folder``."""
+    catalog = pl.read_parquet(SAMPLE / "catalog.parquet").filter(
+        pl.col(TRUE_PRODUCT_ID).is_in(products) & ~pl.col("listing_id").is_in(list(drop_listings))
+    )
+    clicks = pl.read_parquet(SAMPLE / "clicks.parquet").filter(
+        pl.col("listing_id").is_in(catalog["listing_id"].implode())
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    catalog.write_parquet(folder / "catalog.parquet")
+    clicks.write_parquet(folder / "clicks.parquet")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def product_ids() -> list[str]:
+    return sorted(pl.read_parquet(SAMPLE / "catalog.parquet")[TRUE_PRODUCT_ID].unique())
+
+
+def _cfg(cache_dir: Path, **overrides):
+    return load_config(
+        None,
+        {"ingest.truth_column": TRUE_PRODUCT_ID, "cache_dir": str(cache_dir),
+         "shards.batch_size": 8, "mine.num_negatives": 2, **overrides},
+    )
+
+
+def _run_steps(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> dict:
+    """The build's stages in process (no Prefect), embedding partitions first like the flow."""
+    ingest = steps.ingest_step(cfg, [str(data / "clicks.parquet")], [str(data / "catalog.parquet")], run_dir)
+    partitions = steps.embedding_partitions(cfg, run_dir)
+    for texts in partitions:
+        embed_partition(texts, cfg)
+    results = [ingest, steps.cluster_step(cfg, run_dir, previous), steps.mine_step(cfg, run_dir),
+               steps.shards_step(cfg, run_dir), steps.report_step(cfg, run_dir)]
+    return {"results": results, "embedded": sum(len(p) for p in partitions)}
+
+
+def _shard_hashes(build: Path) -> dict[str, str]:
+    return manifest_files(json.loads((build / "shards" / "manifest.json").read_text()))
+
+
+def test_build_flow_publishes_balanced_stages_and_skips_on_rerun(
+    prefect_harness, tmp_path, product_ids, session_cache_dir
+):
+    from pairsieve.pipeline import build
+
+    data = _slice(tmp_path / "data", product_ids[:30])
+    cfg = _cfg(session_cache_dir)
+    kwargs = dict(clicks=str(data / "clicks.parquet"), catalog=str(data / "catalog.parquet"),
+                  out=str(tmp_path / "build"), config=cfg.model_dump(mode="json"))
+    first = build(**kwargs)
+    assert list(first) == ["ingest", "cluster", "mine", "shards", "report"]
+    for stage in first.values():
+        assert stage["rows_in"] == stage["rows_out"] + sum(stage["dropped_by_reason"].values())
+    assert verify(tmp_path / "build") == []
+    assert (tmp_path / "build" / "report" / "report.html").exists()
+    assert not (tmp_path / ".build.staging").exists()
+    before = _shard_hashes(tmp_path / "build")
+    second = build(**kwargs)
+    assert all(stage["skipped"] for stage in second.values())
+    assert _shard_hashes(tmp_path / "build") == before
+
+
+@pytest.mark.slow
+def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
+    day1_products, new_products = product_ids[:40], product_ids[40:46]
+    day1_data = _slice(tmp_path / "d1", day1_products)
+    day1_catalog = pl.read_parquet(day1_data / "catalog.parquet")
+    removed = day1_catalog["listing_id"].sort()[0]
+    # A new seller lists eight day-1 products under their existing titles.
+    copies = (day1_catalog.sort("listing_id").gather_every(len(day1_catalog) // 8).head(8)
+              .with_columns(pl.col("listing_id") + "-new", seller_id=pl.lit("seller-new")))
+    day2_data = _slice(tmp_path / "d2", day1_products + new_products, {removed})
+    pl.concat([pl.read_parquet(day2_data / "catalog.parquet"), copies]).write_parquet(
+        day2_data / "catalog.parquet")
+    cfg = _cfg(tmp_path / "cache")
+    day1 = _run_steps(cfg, day1_data, tmp_path / "b1")
+    day2 = _run_steps(cfg, day2_data, tmp_path / "b2", previous=tmp_path / "b1")
+
+    ids1 = dict(pl.read_parquet(tmp_path / "b1" / "cluster" / "products.parquet")
+                .select("listing_id", "product_id").rows())
+    ids2 = dict(pl.read_parquet(tmp_path / "b2" / "cluster" / "products.parquet")
+                .select("listing_id", "product_id").rows())
+    kept = sorted(set(ids1) - {removed})
+    assert sum(ids1[i] == ids2[i] for i in kept) >= 0.95 * len(kept)
+    for copy, original in zip(copies["listing_id"], copies["listing_id"].str.strip_suffix("-new")):
+        assert ids2[copy] == ids1[original], "a new copy must join its product's existing id"
+    changes = pl.read_parquet(tmp_path / "b2" / "cluster" / ID_CHANGES_FILE)
+    assert set(changes["change"]) <= {"new", "merged", "split", "removed"}
+    truth = dict(pl.read_parquet(day2_data / "catalog.parquet")
+                 .select("listing_id", TRUE_PRODUCT_ID).rows())
+    new_listings = [i for i in ids2 if truth[i] in new_products]
+    assert all(ids2[i] not in set(ids1.values()) for i in new_listings)
+    assert changes.filter(pl.col("change") == "new")["listings"].sum() >= len(new_listings) // 2
+    # Day 2 embeds only what day 1 did not see: new titles and new queries.
+    texts = [(d / "catalog.parquet", "title") for d in (day1_data, day2_data)]
+    texts += [(d / "clicks.parquet", "query") for d in (day1_data, day2_data)]
+    seen = pl.concat([pl.read_parquet(p).select(t=pl.col(c)) for p, c in texts[::2]]).unique()
+    now = pl.concat([pl.read_parquet(p).select(t=pl.col(c)) for p, c in texts[1::2]]).unique()
+    assert day2["embedded"] == now.join(seen, on="t", how="anti").height
+    assert day1["embedded"] > day2["embedded"] > 0
+
+
+@pytest.mark.slow
+def test_thread_and_dask_runners_give_byte_identical_shards(
+    prefect_harness, tmp_path, product_ids
+):
+    from pairsieve.pipeline import build_flow
+
+    data = _slice(tmp_path / "data", product_ids[60:80])
+    hashes = {}
+    for runner in ("threads", "dask"):
+        cfg = _cfg(tmp_path / f"cache-{runner}", **{"runner.task_runner": runner,
+                                                    "embed.partition_size": 100})
+        build_flow(cfg)(clicks=str(data / "clicks.parquet"), catalog=str(data / "catalog.parquet"),
+                        out=str(tmp_path / runner), config=cfg.model_dump(mode="json"))
+        hashes[runner] = _shard_hashes(tmp_path / runner)
+    assert hashes["threads"] == hashes["dask"]
