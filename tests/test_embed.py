@@ -56,6 +56,12 @@ class CountingEncoder:
         return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
 
+@pytest.fixture(scope="module")
+def torch_encoder():
+    """The fp32 sentence-transformers reference, whatever the default backend is."""
+    return load_encoder(EmbedConfig(backend="torch"))
+
+
 @pytest.fixture(scope="session")
 def onnx_cache_root(tmp_path_factory) -> Path:
     """A cache root holding all three ONNX exports of the bundled model (exported once)."""
@@ -166,13 +172,15 @@ def test_torch_model_key_is_stable():
 
 
 @pytest.mark.slow
-def test_onnx_backends_load_offline_and_agree_with_torch(encoder, onnx_cache_root, monkeypatch):
+def test_onnx_backends_load_offline_and_agree_with_torch(
+    torch_encoder, onnx_cache_root, monkeypatch
+):
     def no_network(*args, **kwargs):
         raise AssertionError("the ONNX backend tried to open a network connection")
 
     monkeypatch.setattr(socket.socket, "connect", no_network)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    reference = encoder.encode(TITLES)
+    reference = torch_encoder.encode(TITLES)
     for backend, floor in (("onnx", 0.9999), ("onnx-optimized", 0.9999), ("onnx-int8", 0.98)):
         onnx = load_encoder(EmbedConfig(backend=backend), onnx_cache_root)
         vectors = onnx.encode(TITLES)

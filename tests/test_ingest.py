@@ -153,6 +153,7 @@ def test_every_clicks_reason(tmp_path):
             b"iphone,L1,2,,",
             b"iphone,L1,1,1,last tuesday",
             b"iphone,L1,1,1,2024-02-30",
+            b"iphone,L1,1,1,2024-03-01T09:00:00+01:00",  # another format, another zone
         ],
     )
     cfg = CFG.with_(**{"ingest.max_query_chars": 12})
@@ -173,9 +174,9 @@ def test_every_clicks_reason(tmp_path):
     }
     pairs = pl.read_parquet(out / CLICKS_FILE)
     assert pairs.select(QUERY, LISTING_ID, CLICKS, CLICK_ROWS, "position", TS).rows() == [
-        ("iphone", "L1", 3.0, 2, 1, datetime(2024, 3, 1, 10, tzinfo=UTC))
+        ("iphone", "L1", 4.0, 3, 1, datetime(2024, 3, 1, 8, tzinfo=UTC))
     ]
-    assert result.details["clicks"]["dropped_by_reason"][ingest.AGGREGATED] == 1
+    assert result.details["clicks"]["dropped_by_reason"][ingest.AGGREGATED] == 2
 
 
 def test_click_on_a_quarantined_listing_is_unknown(tmp_path):
@@ -264,8 +265,10 @@ def _variants(tmp_path: Path) -> dict[str, tuple[object, object]]:
         _write(clicks, base / "clicks_parts" / f"day={part}" / "part.parquet")
         _write(catalog, base / "catalog_parts" / f"part-{part}.jsonl")
         _write(clicks, base / "clicks_glob" / f"part-{part}.csv")
+        _write(clicks, base / "clicks_mixed" / f"part-{part}{('.parquet', '.jsonl')[part]}")
     made["folder"] = (str(base / "clicks_parts"), str(base / "catalog_parts"))
     made["glob"] = (str(base / "clicks_glob" / "*.csv"), made[".csv"][1])
+    made["mixed formats"] = (str(base / "clicks_mixed"), made[".jsonl"][1])
     return made
 
 
@@ -471,3 +474,27 @@ def test_abt_without_column_mapping_names_the_missing_column(tmp_path, shared_da
     err = info.value
     assert (err.code, err.file, err.column) == ("missing_column", str(abt), LISTING_ID)
     assert "id, name, description, price" in err.message
+
+
+def test_separator_and_clicks_column_knobs_and_missing_truth_warning(tmp_path, caplog):
+    catalog = tmp_path / "catalog.csv"
+    catalog.write_text("listing_id;title\nL1;Phone; 64 GB\n")  # a ';' separator, quoted nowhere
+    clicks = tmp_path / "clicks.csv"
+    clicks.write_text("search_term;item\nphone;L1\n")
+    cfg = CFG.with_(
+        **{
+            "ingest.csv_separator": ";",
+            "ingest.clicks_columns": {"search_term": QUERY, "item": LISTING_ID},
+            "ingest.truth_column": "true_product_id",
+        }
+    )
+    with caplog.at_level(logging.WARNING, logger="pairsieve.ingest"):
+        with pytest.raises(PairsieveError) as info:  # the stray ';' makes a ragged row
+            ingest.run(cfg, str(clicks), str(catalog), tmp_path)
+    assert (info.value.code, info.value.file) == ("unreadable_file", str(catalog))
+    catalog.write_text("listing_id;title\nL1;Phone, 64 GB\n")
+    with caplog.at_level(logging.WARNING, logger="pairsieve.ingest"):
+        result, out = _run(tmp_path, str(clicks), str(catalog), cfg)
+    assert pl.read_parquet(out / LISTINGS_FILE)[TITLE].to_list() == ["Phone, 64 GB"]
+    assert pl.read_parquet(out / CLICKS_FILE).select(QUERY, LISTING_ID).rows() == [("phone", "L1")]
+    assert "true_product_id" in caplog.text

@@ -84,6 +84,8 @@ def test_fsspec_memory_and_file_urls(tmp_path):
         assert _read("memory://io-test/*.csv")[TITLE].to_list() == ["Alpha", "Beta", "Gamma"]
         assert _read("memory://io-test").height == 6
         assert len(content_digest(files[0])) == 64
+        assert _error("memory://io-test/*.parquet").code == "missing_file"
+        assert _error("memory://io-test/nope.csv").code == "missing_file"
     finally:
         fs.rm("/io-test", recursive=True)
     path = _write(FRAME, tmp_path / "local.parquet")

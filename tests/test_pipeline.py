@@ -127,14 +127,14 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
 def test_thread_and_dask_runners_give_byte_identical_shards(
     prefect_harness, tmp_path, product_ids
 ):
-    from pairsieve.pipeline import build_flow
+    from pairsieve.pipeline import build
 
     data = _slice(tmp_path / "data", product_ids[60:80])
     hashes = {}
     for runner in ("threads", "dask"):
         cfg = _cfg(tmp_path / f"cache-{runner}", **{"runner.task_runner": runner,
                                                     "embed.partition_size": 100})
-        build_flow(cfg)(clicks=str(data / "clicks.parquet"), catalog=str(data / "catalog.parquet"),
+        build(clicks=str(data / "clicks.parquet"), catalog=str(data / "catalog.parquet"),
                         out=str(tmp_path / runner), config=cfg.model_dump(mode="json"))
         hashes[runner] = _shard_hashes(tmp_path / runner)
     assert hashes["threads"] == hashes["dask"]

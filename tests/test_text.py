@@ -96,6 +96,9 @@ def test_code_conflicts_need_an_unmatched_code_on_both_sides() -> None:
     tv = attrs("lg oled55b7v 55in oled 4k tv wc01")
     other = attrs("samsung 55 mu6120 tv ue55mu6120kxxu wc01")  # shares only a seller code
     assert text.compare_codes(tv, other) == (False, True)
+    small = attrs("lg 32lv541h 81.3cm 32 hd led tv")
+    large = attrs("lg 49lv541h lv541h series 49 led tv")  # "lv541h" matches both, sizes differ
+    assert text.compare_codes(small, large) == (False, True)
 
 
 def test_shared_code_overrides_marketing_words_not_quantities() -> None:

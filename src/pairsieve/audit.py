@@ -103,12 +103,19 @@ def normalise_dataset(frame: pl.DataFrame, source: str) -> pl.DataFrame:
     return (
         frame.select(
             pl.col("query").cast(pl.String).alias(S.ANCHOR),
-            pl.col("pos").alias(S.POSITIVE),
-            pl.col("neg").cast(pl.List(pl.String)).alias(NEGATIVES),
+            _as_list(frame, "pos").alias(S.POSITIVE),
+            _as_list(frame, "neg").cast(pl.List(pl.String)).alias(NEGATIVES),
         )
         .explode(S.POSITIVE)
         .with_columns(pl.col(S.POSITIVE).cast(pl.String))
     )
+
+
+def _as_list(frame: pl.DataFrame, column: str) -> pl.Expr:
+    """A list column as is; a single text per row as a one-element list."""
+    if isinstance(frame.schema[column], pl.List):
+        return pl.col(column)
+    return pl.concat_list(pl.col(column).cast(pl.String))
 
 
 def read_dataset(path: Path) -> tuple[pl.DataFrame, dict[str, int]]:

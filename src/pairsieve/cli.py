@@ -121,9 +121,9 @@ def run_build(
     previous: Path | None = None,
 ) -> dict[str, Any]:
     """Run the Prefect `build` flow and print what each stage did."""
-    from pairsieve.pipeline import build_flow
+    from pairsieve.pipeline import build
 
-    summary = build_flow(cfg)(
+    summary = build(
         clicks=clicks,
         catalog=catalog,
         out=str(out),
@@ -269,11 +269,16 @@ def audit_command(
     overrides: SetOpt = None,
 ) -> None:
     """Report a dataset's false-negative rate and in-batch collisions into OUT/report.html|json."""
-    from pairsieve import audit
+    from pairsieve.pipeline import audit
 
     cfg = config_from_cli(config, overrides)
-    result = audit.run(cfg, dataset, catalog, out)
-    print_json({"report": str(out / "report.html"), **result.to_json()})
+    result = audit(
+        dataset=str(dataset),
+        out=str(out),
+        catalog=str(catalog) if catalog else None,
+        config=cfg.model_dump(mode="json"),
+    )
+    print_json({"report": str(out / "report.html"), **result})
 
 
 # --- synth ----------------------------------------------------------------------------------------

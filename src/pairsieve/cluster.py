@@ -68,8 +68,10 @@ def prepare(listings: pl.DataFrame) -> pl.DataFrame:
     )
     frame = frame.select(S.LISTING_ID, S.TITLE, S.TITLE_NORM, brand.alias(S.BRAND))
     frame = frame.sort(S.LISTING_ID)
-    informative = [text.extract_attributes(t).informative for t in frame[S.TITLE_NORM].to_list()]
-    frame = frame.with_columns(pl.Series(_INFO, informative, dtype=pl.Boolean))
+    distinct = frame.select(pl.col(S.TITLE_NORM).unique())
+    informative = [text.extract_attributes(t).informative for t in distinct[S.TITLE_NORM]]
+    distinct = distinct.with_columns(pl.Series(_INFO, informative, dtype=pl.Boolean))
+    frame = frame.join(distinct, on=S.TITLE_NORM, how="left")
     # Low-information titles key on their own listing id: identical text is no evidence.
     key = (
         pl.when(pl.col(_INFO))
@@ -213,7 +215,9 @@ def verify(
         score = np.where(shared, 1.0, jac)
     return candidates.with_columns(
         pl.Series(S.JACCARD, jac.round(4)),
-        pl.Series(S.COSINE, cosine.round(4) if cosine is not None else None, dtype=pl.Float64),
+        pl.Series(S.COSINE, cosine.round(4), dtype=pl.Float64)
+        if cosine is not None
+        else pl.lit(None, dtype=pl.Float64).alias(S.COSINE),
         pl.Series("score", score.astype(np.float64)),
         pl.Series(S.ACCEPTED, ~vetoed & (shared | similar)),
         pl.Series(S.VETO_REASON, reasons, dtype=pl.String),
@@ -234,9 +238,7 @@ def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float)
     n = len(counts)
     size = counts.astype(np.float64).copy()
     links: list[dict[int, list[float]]] = [{} for _ in range(n)]  # other -> [weight, vetoed]
-    for x, y, s, ok, veto in scored.select(
-        "a", "b", "score", S.ACCEPTED, pl.col(S.VETO_REASON).is_not_null()
-    ).iter_rows():
+    for x, y, s, ok, veto in _relevant_pairs(n, scored).iter_rows():
         weight = s * counts[x] * counts[y] if ok else 0.0
         for p, q in ((x, y), (y, x)):
             cell = links[p].setdefault(q, [0.0, 0.0])
@@ -263,6 +265,24 @@ def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float)
             if not vz and linkage >= link_threshold:
                 heapq.heappush(heap, (-linkage, min(x, z), max(x, z)))
     return _resolve(parent)
+
+
+def _relevant_pairs(n: int, scored: pl.DataFrame) -> pl.DataFrame:
+    """Accepted pairs, and vetoed pairs inside one component of the accepted graph: a rejected
+    pair adds nothing to a linkage and a veto across components can never be tested, so the
+    rest (most candidates) is dropped before the Python merge loop."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    pairs = scored.select("a", "b", "score", S.ACCEPTED, pl.col(S.VETO_REASON).is_not_null())
+    accepted = pairs.filter(pl.col(S.ACCEPTED))
+    graph = coo_matrix(
+        (np.ones(len(accepted)), (accepted["a"].to_numpy(), accepted["b"].to_numpy())),
+        shape=(n, n),
+    )
+    component = connected_components(graph, directed=False)[1]
+    same = component[pairs["a"].to_numpy()] == component[pairs["b"].to_numpy()]
+    return pairs.filter(pl.col(S.ACCEPTED) | (pl.col(S.VETO_REASON) & pl.Series(same)))
 
 
 def _merge(

@@ -52,6 +52,14 @@ class IngestConfig(_Section):
         description="Rename click-log input columns to the contract before validation, e.g. "
         '`{search_term = "query", item = "listing_id"}`.',
     )
+    memory_budget_mb: int = Field(
+        0,
+        ge=0,
+        description="Memory (MB) ingest may use: the build stops with `memory_budget` before "
+        "reading when the memory in use plus ingest's estimated need (uncompressed input size "
+        "times the factor measured in benchmarks/memory.py) exceeds it. 0 = the memory the "
+        "machine has available when ingest starts, so a build never starts swapping.",
+    )
 
 
 class EmbedConfig(_Section):
@@ -124,7 +132,7 @@ class ClusterConfig(_Section):
         0.5, gt=0, lt=1, description="Jaccard at which LSH banding should catch a pair."
     )
     max_bucket: int = Field(
-        50,
+        100,
         ge=2,
         le=10_000,
         description="LSH buckets and model-code blocks with more titles are skipped (counted), "

@@ -81,6 +81,9 @@ _REPLACEMENT = "\ufffd"
 # Click counts are summed in integer micro-units: exact and independent of row order, where a
 # float sum's last bits depend on the order the engine adds partial sums in.
 _MICRO = 1_000_000
+# Larger clicks/weight/position values are logging faults (bad_value); the bound keeps a value in
+# micro-units, and the sum of millions of them per pair, inside int64.
+_MAX_NUMBER = 1e6
 # Working columns carry this prefix, so no input column (even one named "_id") is mistaken for one.
 _INTERNAL = "__pairsieve_"
 _KEY = f"{_INTERNAL}listing_key"  # listing id with surrounding whitespace removed: the join key
@@ -201,8 +204,7 @@ def validate_catalog(
 
 def _timestamp(text: pl.Expr) -> pl.Expr:
     """ISO-8601-like text ("T" or space, optional fraction, offset, "Z" or "UTC") as UTC
-    microseconds; naive times are taken as UTC. Parsing, rather than keeping text, makes a
-    parquet timestamp and its CSV rendering the same value."""
+    microseconds; naive times are taken as UTC."""
     text = text.str.strip_chars().str.replace(r"(?i)\s*(utc|z)$", "+00:00")
     return pl.coalesce(
         [
@@ -212,31 +214,59 @@ def _timestamp(text: pl.Expr) -> pl.Expr:
     )
 
 
+def _to_utc(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    """A typed date or timestamp as UTC microseconds (naive times are taken as UTC)."""
+    if not isinstance(dtype, pl.Datetime):
+        return value.cast(pl.Datetime("us")).dt.replace_time_zone("UTC")
+    value = value.dt.cast_time_unit("us")
+    if dtype.time_zone is None:
+        return value.dt.replace_time_zone("UTC")
+    return value.dt.convert_time_zone("UTC")
+
+
+def _check_timestamps(data: pl.DataFrame) -> pl.DataFrame:
+    """Parse ``ts`` into ``_typed_ts``; a given ts that does not parse is a ``bad_value``.
+
+    Parsing, rather than keeping text, makes a parquet timestamp and its CSV rendering the same
+    value. polars infers one format from the first value (2.4 CPU-s for 5M rows); only rows that
+    miss it try each accepted format (13.8 CPU-s if every row did).
+    """
+    if data.schema[TS].is_temporal():  # typed in the file: only the zone and unit to align
+        return data.with_columns(_to_utc(pl.col(TS), data.schema[TS]).alias(_TYPED + TS))
+    raw = data[TS].str.strip_chars()
+    parsed = raw.str.to_datetime(time_unit="us", time_zone="UTC", strict=False)
+    given = raw.is_not_null() & (raw != "")
+    missed = (parsed.is_null() & given).arg_true()
+    if missed.len():
+        retry = raw.gather(missed).to_frame().select(_timestamp(pl.col(TS))).to_series()
+        parsed = parsed.scatter(missed, retry)
+    bad = pl.col(REASON).is_null() & pl.Series(given & parsed.is_null())
+    return data.with_columns(
+        parsed.alias(_TYPED + TS),
+        pl.when(bad).then(pl.lit(BAD_VALUE)).otherwise(pl.col(REASON)).alias(REASON),
+    )
+
+
 def _parse_typed(schema: pl.Schema) -> list[pl.Expr]:
-    """Parsed copies (``_typed_<name>``) of the typed optional click columns present."""
-    parsed = [
+    """Parsed copies (``_typed_<name>``) of the numeric optional click columns present."""
+    return [
         pl.col(name).str.strip_chars().cast(pl.Float64, strict=False).alias(_TYPED + name)
         for name in (CLICKS, WEIGHT, POSITION)
         if name in schema
     ]
-    if TS in schema:
-        parsed.append(_timestamp(pl.col(TS)).alias(_TYPED + TS))
-    return parsed
 
 
 def _bad_value(schema: pl.Schema) -> pl.Expr:
-    """A typed column given but unusable: counts must be finite and >= 0; position, if given,
-    a whole number >= 0; ts, if given, a timestamp."""
+    """A numeric column given but unusable: counts must be finite and >= 0; position, if
+    given, a whole number >= 0. (``ts`` is checked by `_check_timestamps`.)"""
     bad = []
-    for name in (CLICKS, WEIGHT, POSITION, TS):
+    for name in (CLICKS, WEIGHT, POSITION):
         if name not in schema:
             continue
         value = pl.col(_TYPED + name)
-        ok = value.is_not_null() if name == TS else value.is_finite() & (value >= 0)
+        ok = value.is_finite() & (value >= 0) & (value <= _MAX_NUMBER)
         if name == POSITION:
-            ok = ok & (value == value.floor())
-        if name in (POSITION, TS):
-            ok = _blank(name) | ok
+            ok = _blank(name) | (ok & (value == value.floor()))
         bad.append(~ok.fill_null(False))
     return pl.any_horizontal(bad) if bad else pl.lit(False)
 
@@ -283,7 +313,8 @@ def validate_clicks(cfg: IngestConfig, spec: str | list[str], listing_ids: pl.Se
 
     Queries are normalised once per distinct spelling, not per row: logs repeat popular queries
     (5M benchmark rows hold 0.3M spellings), and normalising every row took 15 of 55 seconds.
-    A query that normalises to nothing counts as ``missing_query`` after the per-row checks.
+    Two checks run after the per-row ones, on rows that passed them: a ``ts`` that does not
+    parse (``bad_value``) and a query that normalises to nothing (``missing_query``).
 
     Raises:
         PairsieveError: file-level problems (see `io.TableReader.scan`), ``empty_input``.
@@ -296,6 +327,8 @@ def validate_clicks(cfg: IngestConfig, spec: str | list[str], listing_ids: pl.Se
         pl.col(LISTING_ID).str.strip_chars().alias(_KEY), *_parse_typed(schema)
     ).with_columns(_first_reason([*_clicks_checks(cfg, schema), (UNKNOWN_LISTING, ~known)]))
     data = _collect(reader, frame, files)
+    if TS in schema:
+        data = _check_timestamps(data)
     spellings = data.filter(pl.col(REASON).is_null()).select(pl.col(QUERY).unique())
     norms = spellings.with_columns(normalize_expr(pl.col(QUERY)).alias(QUERY_NORM))
     empty = norms.filter(pl.col(QUERY_NORM) == "")[QUERY]
@@ -433,6 +466,65 @@ def input_fingerprint(clicks: str | list[str], catalog: str | list[str]) -> str:
     return io.sha256_text("|".join(parts))
 
 
+# Peak ingest working memory per byte of uncompressed input (parquet metadata or text size),
+# measured by benchmarks/memory.py (see benchmarks/RESULTS.md), rounded up.
+_MEMORY_PER_INPUT_BYTE = 12.0
+
+
+def _uncompressed_bytes(path: str) -> int:
+    if io.file_format(path) != "parquet" or "://" in path:
+        return io.file_size(path)
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+
+
+def _spec_list(spec: str | Path | list[str]) -> list[str]:
+    return [str(spec)] if isinstance(spec, str | Path) else [str(s) for s in spec]
+
+
+def memory_need_mb(clicks: str | list[str], catalog: str | list[str]) -> float:
+    """Estimated peak working memory (MB) of ingesting these inputs.
+
+    Raises:
+        PairsieveError: ``missing_file`` when an input matches nothing.
+    """
+    specs = [s for spec in (clicks, catalog) for s in _spec_list(spec)]
+    total = 0
+    for path in io.resolve_inputs(specs):
+        try:
+            total += _uncompressed_bytes(path)
+        # Unreadable metadata (pyarrow's ArrowInvalid is a ValueError): the reader reports the
+        # file properly later; here it only counts its size.
+        except (OSError, ValueError):
+            total += io.file_size(path)
+    return total * _MEMORY_PER_INPUT_BYTE / 2**20
+
+
+def check_memory_budget(
+    cfg: IngestConfig, clicks: str | list[str], catalog: str | list[str]
+) -> None:
+    """Stop before reading when memory in use plus ingest's estimated need exceeds the budget
+    (``ingest.memory_budget_mb``; 0 = what the machine has available now).
+
+    Raises:
+        PairsieveError: ``memory_budget`` naming the knob.
+    """
+    import psutil
+
+    in_use = psutil.Process().memory_info().rss / 2**20
+    budget = cfg.memory_budget_mb or in_use + psutil.virtual_memory().available / 2**20
+    need = memory_need_mb(clicks, catalog)
+    if in_use + need > budget:
+        raise PairsieveError(
+            "memory_budget",
+            f"ingest would need ~{need:,.0f} MB on top of {in_use:,.0f} MB in use, over the "
+            f"{budget:,.0f} MB budget; raise the budget, add memory or split the input",
+            knob="ingest.memory_budget_mb",
+        )
+
+
 def run(
     cfg: PairsieveConfig, clicks: str | list[str], catalog: str | list[str], out_dir: Path
 ) -> StageResult:
@@ -442,8 +534,9 @@ def run(
 
     Raises:
         PairsieveError: ``missing_file``, ``unreadable_file``, ``missing_column``, ``empty_input``
-            naming the file (and column).
+            naming the file (and column); ``memory_budget`` before reading anything.
     """
+    check_memory_budget(cfg.ingest, clicks, catalog)
     timings: dict[str, float] = {}
     started = time.perf_counter()
     listings, catalog_bad, catalog_files = validate_catalog(cfg.ingest, catalog)

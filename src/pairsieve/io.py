@@ -7,6 +7,7 @@ resumed run) never sees a half-written file. Whole stage folders are published t
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -74,6 +75,11 @@ def staged_dir(final: str | Path) -> Iterator[Path]:
     """
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
+    # A run killed mid-stage leaves its temporary folder; a folder has one writer (the build
+    # lock), so any left here is dead and would otherwise be published with the build.
+    for pattern in (f".{glob.escape(final.name)}.tmp-*", f".{glob.escape(final.name)}.old-*"):
+        for stale in final.parent.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True)
     tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:12]}")
     tmp.mkdir()
     try:
@@ -115,7 +121,8 @@ def fingerprint(paths: list[str | Path]) -> str:
 # --- readers -------------------------------------------------------------------------------------
 # Inputs are files, globs, folders of partitions or fsspec URLs in parquet, CSV or JSON Lines.
 # Every column is read as text (ids stay exact however long their digits run; formats agree on
-# values) and every row carries its source file and 1-based data-row number for quarantine.
+# values), bar nested and temporal ones, and every row carries its source file and 1-based
+# data-row number for quarantine.
 
 FORMATS: dict[str, str] = {
     ".parquet": "parquet",
@@ -167,7 +174,6 @@ def file_format(path: str, strict: bool = True) -> str | None:
 
 
 def _resolve_remote(fs: Any, path: str, spec: str) -> list[str]:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if any(ch in path for ch in _GLOB_CHARS):
         found = [p for p in fs.glob(path) if fs.isfile(p)]
     elif fs.isdir(path):
@@ -176,9 +182,7 @@ def _resolve_remote(fs: Any, path: str, spec: str) -> list[str]:
         found = [path]
     else:
         raise PairsieveError("missing_file", "input not found", file=spec)
-    return [fs.unstrip_protocol(p) if "://" not in p else p for p in found] or [
-        f"{protocol}://{path}"
-    ]
+    return [fs.unstrip_protocol(p) if "://" not in p else p for p in found]
 
 
 def _resolve_one(spec: str) -> list[str]:
@@ -233,6 +237,13 @@ def _read_bytes(path: str) -> bytes:
     return fs.cat_file(inner)
 
 
+def _jsonl_with_bom(path: str, fmt: str) -> bool:
+    if fmt != "jsonl":
+        return False
+    with open(_local(path), "rb") as handle:
+        return handle.read(3) == b"\xef\xbb\xbf"
+
+
 def _source(path: str, fmt: str, encoding: str) -> Any:
     """What polars scans: the local path, or the bytes of a remote or re-encoded file."""
     import io as _io
@@ -241,9 +252,11 @@ def _source(path: str, fmt: str, encoding: str) -> Any:
         "utf8",
         "utf8lossy",
     )
-    if _split_url(path) is None and not transcode:
+    if _split_url(path) is None and not transcode and not _jsonl_with_bom(path, fmt):
         return _local(path)
     data = _read_bytes(path)
+    if fmt == "jsonl":  # a UTF-8 BOM (Windows tools write one) is not JSON: drop it
+        data = data.removeprefix(b"\xef\xbb\xbf")
     if transcode:
         # Undecodable bytes become U+FFFD, which ingest quarantines as bad_encoding.
         data = data.decode(encoding, errors="replace").encode("utf-8")
@@ -266,8 +279,12 @@ def _scan_raw(path: str, encoding: str, separator: str) -> pl.LazyFrame:
 
 
 def _as_text(schema: pl.Schema) -> list[pl.Expr]:
+    """Everything as text except nested and temporal columns (a parquet timestamp stays one:
+    rendering 5M timestamps as text and parsing them back cost 3.6 CPU-s)."""
     return [
-        pl.col(name) if dtype == pl.String or dtype.is_nested() else pl.col(name).cast(pl.String)
+        pl.col(name)
+        if dtype == pl.String or dtype.is_nested() or dtype.is_temporal()
+        else pl.col(name).cast(pl.String)
         for name, dtype in schema.items()
     ]
 
@@ -294,7 +311,8 @@ class TableReader:
         """
         files = resolve_inputs(spec)
         frames = [self.scan_file(path, files) for path in files]
-        return pl.concat(frames, how="diagonal"), files
+        # "relaxed": a timestamp column that is text in one file and typed in another is text.
+        return pl.concat(frames, how="diagonal_relaxed"), files
 
     def scan_file(self, path: str, files: list[str]) -> pl.LazyFrame:
         """One file as text columns plus ``source_file`` (an Enum over ``files``, so it costs
@@ -340,9 +358,7 @@ class TableReader:
                 try:
                     _scan_raw(path, self.encoding, self.separator).select(pl.len()).collect()
                 except pl.exceptions.PolarsError as inner:
-                    raise PairsieveError(
-                        "unreadable_file", _first_line(inner), file=path
-                    ) from None
+                    raise PairsieveError("unreadable_file", _first_line(inner), file=path) from None
             raise PairsieveError(
                 "unreadable_file", _first_line(exc), file=", ".join(files)
             ) from None
@@ -351,6 +367,15 @@ class TableReader:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def file_size(path: str) -> int:
+    """Size in bytes of a local or fsspec file."""
+    remote = _split_url(path)
+    if remote is None:
+        return Path(_local(path)).stat().st_size
+    fs, inner = remote
+    return int(fs.size(inner))
 
 
 def content_digest(path: str) -> str:

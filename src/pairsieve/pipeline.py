@@ -13,6 +13,7 @@ from typing import Any
 from prefect import flow, task, unmapped
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.types.entrypoint import EntrypointType
 
 from pairsieve import publish, steps
 from pairsieve.config import PairsieveConfig, RunnerConfig, build_config
@@ -57,6 +58,11 @@ def shards_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
 @task(name="report", **_TASK_OPTIONS)
 def report_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
     return steps.report_step(cfg, run_dir)
+
+
+@task(name="audit", **_TASK_OPTIONS)
+def audit_task(cfg: PairsieveConfig, dataset: str, catalog: str | None, out: str) -> StageResult:
+    return steps.audit_step(cfg, Path(dataset), Path(catalog) if catalog else None, Path(out))
 
 
 @task(name="publish-artifacts", cache_policy=NO_CACHE)
@@ -107,9 +113,11 @@ def task_runner_for(runner: RunnerConfig):
     return RayTaskRunner(address=runner.address) if runner.address else RayTaskRunner()
 
 
-def build_flow(cfg: PairsieveConfig):
-    """The `build` flow bound to the task runner of ``cfg``."""
-    return build.with_options(task_runner=task_runner_for(cfg.runner))
+@flow(name="embed-partitions")
+def embed_partitions(partitions: list[list[str]], cfg: PairsieveConfig) -> list[EmbedStats]:
+    """Fill the shared embedding cache, one mapped task per partition (a subflow, so that it runs
+    on the task runner the config names while `build` itself stays importable by module path)."""
+    return embed_partition_task.map(partitions, unmapped(cfg)).result()
 
 
 def _as_list(paths: str | list[str]) -> list[str]:
@@ -135,7 +143,7 @@ def build(
         run_dir = staging_task(out)
         results = [ingest_task(cfg, _as_list(clicks), _as_list(catalog), run_dir)]
         partitions = plan_embedding_task(cfg, run_dir)
-        embed_partition_task.map(partitions, unmapped(cfg)).result()
+        embed_partitions.with_options(task_runner=task_runner_for(cfg.runner))(partitions, cfg)
         results.append(cluster_task(cfg, run_dir, previous))
         results.append(mine_task(cfg, run_dir))
         results.append(shards_task(cfg, run_dir))
@@ -145,17 +153,49 @@ def build(
     return {r.stage: r.to_json() | {"skipped": r.skipped} for r in results}
 
 
+@flow(name="audit", log_prints=False)
+def audit(
+    dataset: str,
+    out: str,
+    catalog: str | None = None,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Measure the false negatives of a contrastive dataset built elsewhere (report in ``out``)."""
+    cfg = build_config(config or {})
+    result = audit_task(cfg, dataset, catalog, out)
+    artifacts_task(Path(out), key="pairsieve-audit")
+    return result.to_json() | {"skipped": result.skipped}
+
+
 BUILD_SCHEDULE = "0 3 * * *"  # nightly, after the day's click logs have landed
 
 
 def build_deployment(parameters: dict[str, Any], cron: str = BUILD_SCHEDULE):
     """The scheduled `build` deployment with its parameters (used by flows/ and `serve`)."""
-    cfg = build_config(parameters.get("config") or {})
-    return build_flow(cfg).to_deployment(name="pairsieve-build", cron=cron, parameters=parameters)
+    return build.to_deployment(
+        name="pairsieve-build",
+        cron=cron,
+        parameters=parameters,
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+
+
+AUDIT_SCHEDULE = "0 5 * * 1"  # weekly, Monday morning
+
+
+def audit_deployment(parameters: dict[str, Any] | None = None, cron: str | None = None):
+    """The `audit` deployment: on demand (parameters given per run) or on a schedule."""
+    return audit.to_deployment(
+        name="pairsieve-audit",
+        cron=cron,
+        parameters=parameters or {},
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
 
 
 def serve_deployments(build_parameters: dict[str, Any], cron: str = BUILD_SCHEDULE) -> None:
-    """Serve the deployments from this process; runs report to PREFECT_API_URL when set."""
+    """Serve `build` (scheduled) and `audit` (on demand) from this process, which acts as the
+    worker; runs report to PREFECT_API_URL when it is set, else to the ephemeral API."""
     from prefect import serve
 
-    serve(build_deployment(build_parameters, cron))
+    serve(build_deployment(build_parameters, cron), audit_deployment())

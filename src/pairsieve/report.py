@@ -282,7 +282,7 @@ def _temperature_recommendation(temperature: dict[str, Any], max_share: float) -
         )
     return {
         "recommendation": text,
-        "rests_on": "Temperature: table 'on this data' / chart-temperature",
+        "rests_on": "Temperature: table 'on this data' / chart-gradient-share",
     }
 
 

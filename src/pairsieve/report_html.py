@@ -12,14 +12,14 @@ import html
 import math
 from typing import Any
 
-WIDTH, HEIGHT = 640, 260
-LEFT, RIGHT, TOP, BOTTOM = 64, 16, 28, 64
+WIDTH, HEIGHT = 900, 260
+LEFT, RIGHT, TOP, BOTTOM = 64, 250, 28, 64  # the legend sits in the right margin
 COLOURS = ("#3b6ea8", "#d9822b", "#5b9a57", "#b8463c", "#7b5ea7", "#8c8c8c")
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2rem auto;max-width:980px;color:#222;padding:0 1rem}
 h1{font-size:1.6rem}h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.2rem}
-table{border-collapse:collapse;margin:.6rem 0;font-size:.9rem}
+table{border-collapse:collapse;margin:.6rem 0;font-size:.9rem;display:block;overflow-x:auto}
 td,th{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}
 th{background:#f3f3f3}td.t,th.t{text-align:left}
 .note{color:#555;font-size:.9rem}.rec{background:#f6f8fb;border-left:4px solid #3b6ea8;
@@ -110,7 +110,7 @@ def _frame(spec: dict[str, Any], lo: float, hi: float, log: bool) -> list[str]:
         f"{html.escape(spec.get('y_label', ''))}</text>"
     )
     for i, series in enumerate(spec["series"]):
-        x = WIDTH - RIGHT - 150
+        x = WIDTH - RIGHT + 16
         parts.append(
             f'<rect x="{x}" y="{TOP + 14 * i - 8}" width="10" height="10" '
             f'fill="{COLOURS[i % len(COLOURS)]}"/><text x="{x + 14}" y="{TOP + 14 * i + 1}">'

@@ -149,27 +149,32 @@ def duplicates_section(
     ]
     tables = {"cluster sizes": histogram, "largest clusters": largest_rows}
     if pairs is not None and S.VETO_REASON in pairs.columns:
-        vetoes = (
-            pairs.filter(~pl.col(S.ACCEPTED) & pl.col(S.VETO_REASON).is_not_null())
-            .group_by(S.VETO_REASON)
-            .len("pairs")
-            .sort(["pairs", S.VETO_REASON], descending=[True, False])
-        )
-        tables["merges vetoed, by reason"] = vetoes.rename({S.VETO_REASON: "reason"}).to_dicts()
-        figures["candidate_pairs"] = pairs.height
-        figures["accepted_pairs"] = int(pairs[S.ACCEPTED].sum())
-        figures["vetoed_pairs"] = int(vetoes["pairs"].sum())
-        if vetoes.height:
-            charts.append(
-                chart(
-                    "vetoes",
-                    "Merges vetoed, by reason",
-                    vetoes[S.VETO_REASON].to_list(),
-                    {"pairs": vetoes["pairs"].to_list()},
-                    y_label="candidate pairs",
-                )
-            )
+        add_vetoes(pairs, figures, tables, charts)
     return section("Duplicates", figures=figures, tables=tables, charts=charts)
+
+
+def add_vetoes(pairs: pl.DataFrame, figures: dict, tables: dict, charts: list) -> None:
+    """Candidate pairs accepted and vetoed, with the veto reasons, into the duplicates section."""
+    vetoes = (
+        pairs.filter(~pl.col(S.ACCEPTED) & pl.col(S.VETO_REASON).is_not_null())
+        .group_by(S.VETO_REASON)
+        .len("pairs")
+        .sort(["pairs", S.VETO_REASON], descending=[True, False])
+    )
+    tables["merges vetoed, by reason"] = vetoes.rename({S.VETO_REASON: "reason"}).to_dicts()
+    figures["candidate_pairs"] = pairs.height
+    figures["accepted_pairs"] = int(pairs[S.ACCEPTED].sum())
+    figures["vetoed_pairs"] = int(vetoes["pairs"].sum())
+    if vetoes.height:
+        charts.append(
+            chart(
+                "vetoes",
+                "Merges vetoed, by reason",
+                vetoes[S.VETO_REASON].to_list(),
+                {"pairs": vetoes["pairs"].to_list()},
+                y_label="candidate pairs",
+            )
+        )
 
 
 def _dense(values: list[Any] | np.ndarray) -> np.ndarray:
@@ -185,8 +190,9 @@ def batches_section(
     """κ tables at exact-text and product level, and collisions realised by replaying batches.
 
     ``text_groups`` / ``product_groups``: one id per training row (its positive's text and
-    product). ``replay``: {"order_name": (product ids in training order, negatives (rows, k) int
-    -1 padded or None), "batch_size": B} from `replay_inputs`.
+    product). ``replay`` (optional): {"positives": (rows,) int product ids in training order,
+    "negatives": (rows, k) int, -1 padded, or None, "batch_size": B the order was made for,
+    "orders": [name of the given order, name of the seeded shuffle]}.
     """
     batch_sizes = list(cfg.report.batch_sizes)
     text_sizes = np.unique(_dense(text_groups), return_counts=True)[1]
@@ -194,6 +200,8 @@ def batches_section(
     text_table = impact.collision_table(text_sizes, batch_sizes)
     product_table = impact.collision_table(product_sizes, batch_sizes)
     kappa_text, kappa_product = text_table[0]["kappa"], product_table[0]["kappa"]
+    b0 = cfg.shards.batch_size
+    clean = {r["batch_size"]: r["p_batch_clean"] for r in product_table}
     figures = {
         "training_rows": int(len(product_groups)),
         "kappa_text": kappa_text,
@@ -201,33 +209,27 @@ def batches_section(
         "share_missed_by_text_dedupe": (
             (kappa_product - kappa_text) / kappa_product if kappa_product else 0.0
         ),
-        "training_batch_size": cfg.shards.batch_size,
+        "training_batch_size": b0,
         "false_negatives_per_anchor_at_training_batch": impact.expected_false_negatives(
-            cfg.shards.batch_size, kappa_product
+            b0, kappa_product
         ),
-        "p_batch_clean_at_training_batch": impact.p_batch_clean(
-            product_sizes, cfg.shards.batch_size
-        ),
+        "p_batch_clean_at_training_batch": clean[b0]
+        if b0 in clean
+        else impact.p_batch_clean(product_sizes, b0),
     }
     tables = {
         "exact-text level (NoDuplicatesBatchSampler)": text_table,
         "product level": product_table,
     }
-    rows = len(product_groups)
     sizes = sorted({*batch_sizes, *([replay["batch_size"]] if replay else [])})
-    sizes = [b for b in sizes if b <= rows]
+    sizes = [b for b in sizes if b <= len(product_groups)]
     series = {
         "expected, exact text": [impact.expected_false_negatives(b, kappa_text) for b in sizes],
         "expected, product": [impact.expected_false_negatives(b, kappa_product) for b in sizes],
     }
     if replay:
-        realised = replay_section_rows(replay, batch_sizes, cfg.seed)
-        tables["realised when replayed"] = realised
-        for order in replay["orders"]:
-            by_b = {r["batch_size"]: r for r in realised if r["order"] == order}
-            series[f"realised, {order}"] = [
-                by_b[b]["false_negatives_per_anchor"] if b in by_b else None for b in sizes
-            ]
+        tables["realised when replayed"] = replay_section_rows(replay, batch_sizes, cfg.seed)
+        series.update(_realised_series(tables["realised when replayed"], replay["orders"], sizes))
     charts = [
         chart(
             "collisions",
@@ -247,6 +249,16 @@ def batches_section(
     return section(
         "In-batch false negatives", figures=figures, tables=tables, charts=charts, notes=notes
     )
+
+
+def _realised_series(realised: list[dict], orders: list[str], sizes: list[int]) -> dict:
+    series = {}
+    for order in orders:
+        by_b = {r["batch_size"]: r for r in realised if r["order"] == order}
+        series[f"realised, {order}"] = [
+            by_b[b]["false_negatives_per_anchor"] if b in by_b else None for b in sizes
+        ]
+    return series
 
 
 def replay_section_rows(replay: dict[str, Any], batch_sizes: list[int], seed: int) -> list[dict]:
@@ -289,16 +301,20 @@ def temperature_section(
     }
     charts = [
         chart(
-            "temperature",
-            "What same-product candidates cost, by temperature",
+            "loss-floor",
+            "Mean loss floor from the nearest same-product candidate, by temperature",
             temperatures,
-            {
-                "mean loss floor": [r["mean_loss_floor"] for r in data],
-                "false-negative share of negative gradient": [
-                    r["false_negative_gradient_share"] for r in data
-                ],
-            },
+            {"mean loss floor (nats)": [r["mean_loss_floor"] for r in data]},
             x_label="temperature τ",
+            y_label="nats",
+        ),
+        chart(
+            "gradient-share",
+            "Share of the push on negatives owned by same-product candidates",
+            temperatures,
+            {"false-negative share": [r["false_negative_gradient_share"] for r in data]},
+            x_label="temperature τ",
+            y_label="share",
         ),
         chart(
             "worked-example",
@@ -316,7 +332,9 @@ def temperature_section(
         "Loss floor log(1+e^(−δ/τ)) with δ = positive score − nearest same-product candidate; "
         "gradient share = Σ p(false negatives) / Σ p(all negatives), against the row's kept "
         "negatives. Worked example: scores (0.9, 0.6) and (0.7, 0.8), positives on the diagonal; "
-        "the duplicate adds a copy of row 2's positive (0.8)."
+        "the duplicate adds a copy of row 2's positive (0.8).",
+        "A negative mean gap means the same-product candidate scores above the positive on "
+        "average: the loss then cannot fall below log(1+e^(|δ|/τ)), which grows as τ shrinks.",
     ]
     return section(
         "Temperature",

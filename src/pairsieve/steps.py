@@ -25,6 +25,7 @@ STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "mine": ("embed", "knn", "mine", "seed"),
     "shards": ("shards", "mine", "seed"),
     "report": ("report",),
+    "audit": ("embed", "knn", "cluster", "report"),
 }
 UPSTREAM: dict[str, tuple[str, ...]] = {
     "ingest": (),
@@ -183,4 +184,23 @@ def report_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
         section_hash(cfg, "report"),
         stage_fingerprint(run_dir, list(UPSTREAM["report"])),
         lambda tmp: report.run(cfg, Path(run_dir), tmp),
+    )
+
+
+def audit_step(
+    cfg: PairsieveConfig, dataset: Path, catalog: Path | None, out: Path
+) -> StageResult:
+    """Audit a dataset built elsewhere into the folder ``out`` (published atomically)."""
+    from pairsieve import audit, io
+
+    inputs = [dataset] + ([catalog] if catalog else [])
+    digests = sorted(f"{p}:{io.content_digest(p)}" for p in io.resolve_inputs(inputs))
+    out = Path(out)
+    return run_stage(
+        out.name,
+        out.parent,
+        section_hash(cfg, "audit"),
+        io.sha256_text("|".join(digests)),
+        lambda tmp: audit.run(cfg, Path(dataset), Path(catalog) if catalog else None, tmp,
+                              shared_encoder(cfg.embed)),
     )

@@ -358,15 +358,15 @@ def codes_compatible(a: str, b: str) -> bool:
 
 
 def code_keys(code: str) -> set[str]:
-    """Blocking keys of a code, so compatible codes share one: the code, its digit core, its
-    prefixes of >= 5 chars, and the same for the code without a leading size ("55uk6500pla")."""
-    keys = set()
-    forms = {code}
-    if code[:2].isdigit() and len(code) >= 7 and code[2].isalpha():
-        forms.add(code[2:])
-    for form in forms:
-        keys.add(form)
-        keys.update(form[:n] for n in range(5, len(form)))
+    """Blocking keys of a code, so compatible codes share one: the code itself, its digit core
+    and every 6-char stretch holding a digit ("nu8000" keys "ue75nu8000" and "ue75nu8000txxu").
+    Stretches shared by many titles form oversized blocks, which the caller skips."""
+    keys = {code}
+    keys.update(
+        code[i : i + 6]
+        for i in range(len(code) - 5)
+        if any(ch.isdigit() for ch in code[i : i + 6])
+    )
     if any(ch.isdigit() for ch in code):
         core = code_core(code)
         if len(core) >= 4:
@@ -389,12 +389,42 @@ def compare_codes(a: Attributes, b: Attributes) -> tuple[bool, bool]:
     matched_a, matched_b, shared = set(), set(), False
     for x in a.codes | a.joined:
         for y in b.codes | b.joined:
-            if x in y or y in x:  # a short contained code ("1486" in "gp1486") is no conflict
+            if x in y or y in x or _letter_variant(x, y):
+                # a short contained code ("1486" in "gp1486") or a letter-suffix variant
+                # ("bwe91484xk" / "bwe91484xwuk") is no conflict, though only the first matches
                 matched_a.add(x)
                 matched_b.add(y)
-                shared = shared or codes_compatible(x, y)
+                # bare numbers ("1500", "2018") are weak: they block and conflict, never match
+                shared = shared or (codes_compatible(x, y) and not (x.isdigit() or y.isdigit()))
     conflicting = bool(a.codes - matched_a) and bool(b.codes - matched_b)
+    conflicting = conflicting or _near_miss(a.codes, b.codes)
     return shared and not conflicting, conflicting
+
+
+def _grams(code: str, n: int = 5) -> set[str]:
+    return {code[i : i + n] for i in range(len(code) - n + 1)}
+
+
+def _digits(code: str) -> str:
+    return "".join(ch for ch in code if ch.isdigit())
+
+
+def _letter_variant(x: str, y: str) -> bool:
+    """Same digits and a shared 5-char stretch: codes differing only in letters (colour or
+    region suffixes, which name one product in some categories and a SKU in others)."""
+    return _digits(x) == _digits(y) and bool(_grams(x) & _grams(y))
+
+
+def _near_miss(codes_a: frozenset[str], codes_b: frozenset[str]) -> bool:
+    """Two codes of one family whose digits differ: sharing a 5-char stretch with a digit,
+    neither containing the other ("32lv541h" vs "49lv541h", "ue55nu8000" vs "ue65nu8000")."""
+    for x in codes_a:
+        for y in codes_b:
+            if x in y or y in x or _digits(x) == _digits(y):
+                continue
+            if any(any(c.isdigit() for c in g) for g in _grams(x) & _grams(y)):
+                return True
+    return False
 
 
 def codes_match(a: Attributes, b: Attributes) -> bool:

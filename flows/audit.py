@@ -1,0 +1,16 @@
+"""Deployment entrypoint of the `audit` flow (the flow is `pairsieve.pipeline.audit`).
+
+Audits run on demand with the dataset as a parameter (`prefect deployment run
+'audit/pairsieve-audit' -p dataset=... -p out=...`), or weekly when a schedule is given.
+"""
+
+from __future__ import annotations
+
+from pairsieve.pipeline import AUDIT_SCHEDULE, audit, audit_deployment
+
+__all__ = ["audit"]
+
+if __name__ == "__main__":
+    from prefect import serve
+
+    serve(audit_deployment(cron=AUDIT_SCHEDULE))
