@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--rss-titles", type=int, default=2000)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--cache-dir", default=str(Path("~/.cache/pairsieve").expanduser()))
+    parser.add_argument("--no-token-lengths", action="store_true")
     parser.add_argument("--rss-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     titles = sample_titles(args.titles, args.seed)
@@ -175,6 +176,8 @@ def main() -> None:
     result = throughput(names, titles, args.cache_dir, args.chunk)
     rss = {name: peak_rss(name, args.rss_titles, args.seed, args.cache_dir) for name in names}
     print(markdown(args, result, rss, len(set(titles))))
+    if args.no_token_lengths:
+        return
     print("\nToken lengths (word pieces incl. [CLS]/[SEP]; '> k' = % of texts truncated at k):\n")
     print(f"```\n{json.dumps(token_lengths(), indent=1)}\n```")
 

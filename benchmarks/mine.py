@@ -37,7 +37,7 @@ DIM = 384
 def synthetic_inputs(n_listings: int, n_queries: int, folder: Path):
     """Catalog and clicks from the generator, cut to the requested sizes."""
     products = int(n_listings / 4.1) + 1
-    opts = synth.SynthOptions(queries_per_product=12.0)
+    opts = synth.SynthOptions(queries_per_product=40.0)
     synth.generate(folder, products, seed=7, options=opts)
     catalog = pl.read_parquet(folder / "catalog.parquet").head(n_listings)
     clicks = pl.read_parquet(folder / "clicks.parquet").join(
@@ -82,9 +82,12 @@ def full_size(cfg: PairsieveConfig, n_listings: int, n_queries: int, folder: Pat
     catalog, clicks = synthetic_inputs(n_listings, n_queries, folder)
     generate_s = time.perf_counter() - started
     embedded = random_embedded(catalog, clicks, cfg.seed)
+    cpu = time.process_time()
     scores, ids, info = mine.search_candidates(
         embedded.query_vectors, embedded.listing_vectors, cfg
     )
+    search_cpu_s = time.process_time() - cpu
+    cpu = time.process_time()
     started = time.perf_counter()
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
     candidates = mine.candidate_table(embedded.queries, embedded.listing_ids, scores, ids)
@@ -93,6 +96,7 @@ def full_size(cfg: PairsieveConfig, n_listings: int, n_queries: int, folder: Pat
     info_frame = mine.listing_products(catalog, products)
     kept, dropped = mine.filter_candidates(candidates, positives, info_frame, cfg.mine, cfg.seed)
     filter_s = time.perf_counter() - started
+    filter_cpu_s = time.process_time() - cpu
     summary = mine.summarise(candidates, positives, kept, dropped, cfg.mine)
     rate = embedding_rate(catalog[S.TITLE].to_list(), cfg)
     texts = len(embedded.queries) + len(embedded.listing_ids)
@@ -108,7 +112,9 @@ def full_size(cfg: PairsieveConfig, n_listings: int, n_queries: int, folder: Pat
         "index_build_s": info["index_s"],
         "search_s": info["search_s"],
         "search_queries_per_s": round(len(embedded.queries) / info["search_s"], 1),
+        "search_cpu_s": round(search_cpu_s, 1),
         "filter_s": round(filter_s, 1),
+        "filter_cpu_s": round(filter_cpu_s, 1),
         "filter_candidates_per_s": round(summary["considered"] / filter_s),
         "embedding_measured": rate,
         "embedding_extrapolated_s": round(texts / rate["texts_per_s"], 1),

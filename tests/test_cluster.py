@@ -122,3 +122,36 @@ def test_missing_title_column_is_a_clear_error(cfg, tmp_path) -> None:
 
     with pytest.raises(PairsieveError, match="title"):
         cluster.run(cfg, pl.DataFrame({S.LISTING_ID: ["x"]}), tmp_path)
+
+
+def test_compare_scores_pairsieve_and_baselines(cfg, encoder) -> None:
+    from pairsieve import evaluate
+
+    scores = evaluate.compare(cfg, catalog(), "true_product_id", encoder)
+    assert set(scores) == {
+        "pairsieve",
+        "exact_title",
+        "minhash_components",
+        "embedding_components",
+    }
+    ours = scores["pairsieve"]
+    assert ours.pairwise_precision == 1.0 and ours.largest_cluster <= 3
+    assert scores["exact_title"].clusters == len(TITLES) - 2  # b1/b2 and w1/w2 share titles
+    assert scores["exact_title"].pairwise_precision == 0.5  # "washing machine" x2 is wrong
+
+
+@pytest.mark.slow
+def test_cluster_command_writes_products(tmp_path, session_cache_dir) -> None:
+    from typer.testing import CliRunner
+
+    from pairsieve.cli import app
+
+    path = tmp_path / "catalog.csv"
+    catalog().write_csv(path)
+    args = ["cluster", "--catalog", str(path), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, [*args, "--set", f"cache_dir={session_cache_dir}"])
+    assert result.exit_code == 0, result.output
+    products = pl.read_parquet(tmp_path / "out" / S.PRODUCTS_FILE)
+    assert products[S.LISTING_ID].to_list() == sorted(TITLES)
+    missing = CliRunner().invoke(app, ["cluster", "--catalog", "nope.csv", "--out", "x"])
+    assert missing.exit_code == 2

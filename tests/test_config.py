@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from pairsieve.cli import app
@@ -54,13 +55,14 @@ def test_parse_override_types():
     assert parse_override("mine.num_negatives=7") == ("mine.num_negatives", 7)
     assert parse_override("mine.relative_margin=0.1") == ("mine.relative_margin", 0.1)
     assert parse_override("ingest.truth_column=gt") == ("ingest.truth_column", "gt")
+    assert parse_override("mine.relative_margin=none") == ("mine.relative_margin", None)
     with pytest.raises(PairsieveError):
         parse_override("no-equals-sign")
 
 
 def test_config_is_frozen():
     cfg = PairsieveConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         cfg.seed = 3  # type: ignore[misc]
     assert cfg.with_(**{"seed": 3}).seed == 3
 

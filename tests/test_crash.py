@@ -181,16 +181,18 @@ def cache_parts_loadable(cache: Path) -> int:
 
 @pytest.mark.slow
 def test_killed_builds_resume_to_identical_output_and_never_expose_partial_files(
-    tmp_path, build_env
+    tmp_path, build_env, record_property
 ):
     rng = random.Random(KILL_SEED)
     inputs = make_fixture(tmp_path / "in")
-    reference = tmp_path / "reference"
-    code, err = finish(start_build(inputs, reference, tmp_path / "cache-reference", build_env))
+    reference, cache = tmp_path / "reference", tmp_path / "cache"
+    code, err = finish(start_build(inputs, reference, cache, build_env))
     assert code == 0, err
     assert verify(reference) == []
+    # Same cache path (it is part of the config hash in the manifest), but cold again.
+    cache.rename(tmp_path / "cache-reference")
 
-    out, cache = tmp_path / "out", tmp_path / "cache"
+    out = tmp_path / "out"
     seed_earlier_build(reference, out)
     watcher = Watcher(out)
     thread = threading.Thread(target=watcher.run, daemon=True)
@@ -205,7 +207,8 @@ def test_killed_builds_resume_to_identical_output_and_never_expose_partial_files
     finally:
         watcher.stop.set()
         thread.join()
-    context = f"kill seed {KILL_SEED}; kills landed: {landed}"
+    context = f"kill seed {KILL_SEED} (rerun with PAIRSIEVE_KILL_SEED); kills landed: {landed}"
+    record_property("kills", context)
     assert code == 0, f"{context}\n{err}"
     assert watcher.problems == [], context
     assert watcher.complete_looks > 10, context
@@ -216,3 +219,16 @@ def test_killed_builds_resume_to_identical_output_and_never_expose_partial_files
         ".reference.lock",
     ], "staging folders left behind after publication"
     assert cache_parts_loadable(cache) > 0, context
+
+
+def test_restarted_stage_removes_what_a_killed_run_left(tmp_path):
+    """A SIGKILL skips `staged_dir`'s cleanup; the stage's next run removes the leftovers, so
+    they are never published with the build."""
+    final = tmp_path / "cluster"
+    for leftover in (".cluster.tmp-0123456789ab", ".cluster.old-0123456789ab"):
+        (tmp_path / leftover).mkdir()
+        (tmp_path / leftover / "products.parquet").write_bytes(b"half")
+    (tmp_path / ".mine.tmp-0123456789ab").mkdir()  # another stage's: left for its own rerun
+    with io.staged_dir(final) as tmp:
+        (tmp / STAGE_JSON).write_text("{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".mine.tmp-0123456789ab", "cluster"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import polars as pl
 import pytest
@@ -52,8 +54,11 @@ def kept_ids(kept: pl.DataFrame, query: str = "q", positive: str | None = None) 
     return rows[S.NEGATIVE_LISTING_ID].to_list()
 
 
+NV_MARGIN = 0.05  # NV-Retriever's TopK-PercPos; the filter tests below run with it on
+
+
 def mine_with(scores, positives, products=None, seed=13, **knobs):
-    cfg = MineConfig(**{"num_negatives": 10, **knobs})
+    cfg = MineConfig(**{"num_negatives": 10, "relative_margin": NV_MARGIN, **knobs})
     return mine.filter_candidates(*frames(scores, positives, products), cfg, seed)
 
 
@@ -80,11 +85,14 @@ def test_absolute_margin_drops_scores_above_positive_minus_m():
     assert kept_ids(kept) == ["edge", "far"]
 
 
-def test_relative_margin_is_95_percent_of_positive_by_default():
+def test_relative_margin_0_05_keeps_95_percent_of_positive_and_is_off_by_default():
     scores = {"q": {"inside": 0.86, "outside": 0.85}}
-    kept, dropped = mine_with(scores, {("q", "p"): 0.9})  # limit 0.9 - 0.045 = 0.855
+    kept, dropped = mine_with(scores, {("q", "p"): 0.9}, relative_margin=0.05)  # limit 0.855
     assert reasons(dropped) == {"inside": "margin"}
     assert kept_ids(kept) == ["outside"]
+    assert MineConfig().relative_margin is None
+    kept, _ = mine.filter_candidates(*frames(scores, {("q", "p"): 0.9}), MineConfig(), 13)
+    assert kept_ids(kept) == ["inside", "outside"]
 
 
 def test_relative_margin_with_a_negative_positive_score_still_lowers_the_limit():
@@ -160,7 +168,7 @@ def test_accounting_identity_and_reason_precedence():
     scores = {"q": {"p": 0.9, "a": 0.89, "b": 0.8, "b2": 0.7, "c": 0.6, "d": 0.5, "e": 0.1}}
     positives = {("q", "p"): 0.9}
     candidates, pos, prod = frames(scores, positives, {"b": "B", "b2": "B"})
-    cfg = MineConfig(num_negatives=1, range_min=1, min_score=0.2)
+    cfg = MineConfig(num_negatives=1, range_min=1, min_score=0.2, relative_margin=NV_MARGIN)
     kept, dropped = mine.filter_candidates(candidates, pos, prod, cfg, 13)
     summary = mine.summarise(candidates, pos, kept, dropped, cfg)
     assert summary["considered"] == kept.height + sum(summary["dropped_by_reason"].values()) == 7
@@ -279,7 +287,9 @@ def tiny(tmp_path, session_cache_dir):
     products = listings.select(S.LISTING_ID, pl.col(S.TRUE_PRODUCT_ID).alias(S.PRODUCT_ID))
     for name, frame in (("clicks", clicks), ("listings", listings), ("products", products)):
         frame.write_parquet(tmp_path / f"{name}.parquet")
-    cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(**{"mine.num_negatives": 3})
+    cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(
+        **{"mine.num_negatives": 3, "mine.relative_margin": NV_MARGIN}
+    )
     return cfg, tmp_path
 
 
@@ -345,3 +355,31 @@ def test_eval_product_exclusion_removes_false_negatives_naive_mining_keeps(tiny,
     assert variants["a_naive"]["false_negatives"] > 0
     assert variants["c_product"]["false_negatives"] == variants["d_both"]["false_negatives"] == 0
     assert "| d_both |" in mine_eval.format_table(result)
+
+
+def test_mine_eval_command_writes_json_and_table(tmp_path, session_cache_dir, encoder):
+    from typer.testing import CliRunner
+
+    from pairsieve.cli import app
+
+    catalog = tmp_path / "catalog.csv"
+    pl.DataFrame(CATALOG, schema=[S.LISTING_ID, S.TITLE, "truth"], orient="row").write_csv(catalog)
+    args = [
+        "mine-eval",
+        "--catalog",
+        str(catalog),
+        "--truth-column",
+        "truth",
+        "--out",
+        str(tmp_path / "out"),
+        "--set",
+        f"cache_dir='{session_cache_dir}'",
+    ]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "| d_both |" in result.stdout
+    saved = json.loads((tmp_path / "out" / "mine_eval.json").read_text())
+    assert set(saved["variants"]) >= {"a_naive", "b_margin", "c_product", "d_both"}
+    assert saved["pairs"] > 0
+    missing = CliRunner().invoke(app, [*args[:3], "--truth-column", "nope", *args[5:]])
+    assert missing.exit_code == 2

@@ -48,7 +48,8 @@ def _cfg(cache_dir: Path, **overrides):
 
 def _run_steps(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> dict:
     """The build's stages in process (no Prefect), embedding partitions first like the flow."""
-    ingest = steps.ingest_step(cfg, [str(data / "clicks.parquet")], [str(data / "catalog.parquet")], run_dir)
+    clicks, catalog = [str(data / "clicks.parquet")], [str(data / "catalog.parquet")]
+    ingest = steps.ingest_step(cfg, clicks, catalog, run_dir)
     partitions = steps.embedding_partitions(cfg, run_dir)
     for texts in partitions:
         embed_partition(texts, cfg)
@@ -105,7 +106,8 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
                 .select("listing_id", "product_id").rows())
     kept = sorted(set(ids1) - {removed})
     assert sum(ids1[i] == ids2[i] for i in kept) >= 0.95 * len(kept)
-    for copy, original in zip(copies["listing_id"], copies["listing_id"].str.strip_suffix("-new")):
+    originals = copies["listing_id"].str.strip_suffix("-new")
+    for copy, original in zip(copies["listing_id"], originals, strict=True):
         assert ids2[copy] == ids1[original], "a new copy must join its product's existing id"
     changes = pl.read_parquet(tmp_path / "b2" / "cluster" / ID_CHANGES_FILE)
     assert set(changes["change"]) <= {"new", "merged", "split", "removed"}

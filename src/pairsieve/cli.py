@@ -137,8 +137,12 @@ def run_build(
 @app.command("build")
 @handle_errors
 def build_cmd(
-    clicks: Annotated[list[str], typer.Option("--clicks", help="Click log: file, glob, folder or URL.")],
-    catalog: Annotated[list[str], typer.Option("--catalog", help="Listing catalog: file, glob, folder or URL.")],
+    clicks: Annotated[
+        list[str], typer.Option("--clicks", help="Click log: file, glob, folder or URL.")
+    ],
+    catalog: Annotated[
+        list[str], typer.Option("--catalog", help="Listing catalog: file, glob, folder or URL.")
+    ],
     out: OutOpt,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
@@ -210,10 +214,8 @@ def serve_cmd(
     from pairsieve.pipeline import serve_deployments
 
     cfg = config_from_cli(config, overrides)
-    serve_deployments(
-        {"clicks": clicks, "catalog": catalog, "out": str(out), "config": cfg.model_dump(mode="json")},
-        cron=cron,
-    )
+    parameters = {"clicks": clicks, "catalog": catalog, "out": str(out)}
+    serve_deployments({**parameters, "config": cfg.model_dump(mode="json")}, cron=cron)
 
 
 # --- commands added by stages below this line (keep one block per command) ----------------------
@@ -360,14 +362,15 @@ def eval_command(
     frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
     scores = evaluate.compare(cfg, frame, truth_column)
     table = Table(title=f"clustering vs {truth_column} ({len(frame)} listings)")
-    fields = ["pairwise_precision", "pairwise_recall", "pairwise_f1", "bcubed_precision",
-              "bcubed_recall", "bcubed_f1", "clusters", "largest_cluster"]
-    table.add_column("method")
-    for name in fields:
-        table.add_column(name.replace("_", " "), justify="right")
+    fields = {"pairwise_precision": "pair P", "pairwise_recall": "pair R", "pairwise_f1": "pair F1",
+              "bcubed_precision": "B3 P", "bcubed_recall": "B3 R", "bcubed_f1": "B3 F1",
+              "clusters": "clusters", "largest_cluster": "largest"}
+    table.add_column("method", no_wrap=True)
+    for header in fields.values():
+        table.add_column(header, justify="right", no_wrap=True)
     for method, s in scores.items():
         table.add_row(method, *(str(getattr(s, f)) for f in fields))
-    console.print(table)
+    Console(stderr=True, width=max(console.width, 110)).print(table)
     print_json({method: s.to_dict() for method, s in scores.items()})
 
 

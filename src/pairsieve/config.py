@@ -132,7 +132,7 @@ class ClusterConfig(_Section):
         0.5, gt=0, lt=1, description="Jaccard at which LSH banding should catch a pair."
     )
     max_bucket: int = Field(
-        100,
+        50,
         ge=2,
         le=10_000,
         description="LSH buckets and model-code blocks with more titles are skipped (counted), "
@@ -143,7 +143,13 @@ class ClusterConfig(_Section):
         description="Add embedding kNN candidates and cosine scores; False runs the MinHash "
         "path alone (no encoder).",
     )
-    knn_k: int = Field(10, ge=1, le=200, description="Embedding neighbours per listing.")
+    knn_k: int = Field(
+        20,
+        ge=1,
+        le=200,
+        description="Embedding neighbours per listing (PriceRunner products have up to 27 "
+        "offers, so 10 neighbours miss true pairs).",
+    )
     min_cosine: float = Field(
         0.8, ge=-1, le=1, description="Embedding neighbours below this cosine are not candidates."
     )
@@ -188,11 +194,13 @@ class MineConfig(_Section):
         None, ge=0, description="Drop candidates scoring above positive - margin."
     )
     relative_margin: float | None = Field(
-        0.05,
+        None,
         ge=0,
         le=1,
-        description="Drop candidates scoring above positive - |positive| * margin "
-        "(0.05 is NV-Retriever's TopK-PercPos 95%, arXiv 2407.15831).",
+        description="Drop candidates scoring above positive - |positive| * margin; 0.05 is "
+        "NV-Retriever's TopK-PercPos 95% (arXiv 2407.15831). Off by default: measured on "
+        "PriceRunner's derived log it keeps 24% of negatives (product exclusion plus the "
+        "duplicate guard keep 99.9% at a 0.38% false-negative rate; benchmarks/RESULTS.md).",
     )
     max_score: float | None = Field(None, description="Drop candidates scoring above this.")
     min_score: float | None = Field(None, description="Drop candidates scoring below this.")
@@ -328,10 +336,13 @@ def build_config(
 
 
 def parse_override(item: str) -> tuple[str, Any]:
-    """Parse a CLI ``--set key=value``; the value is read as TOML, else kept as a string."""
+    """Parse a CLI ``--set key=value``; the value is read as TOML (``none`` unsets a knob),
+    else kept as a string."""
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise PairsieveError("bad_config", f"--set takes key=value, got {item!r}", knob=item)
+    if raw.strip().lower() in ("none", "null"):
+        return key.strip(), None
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:

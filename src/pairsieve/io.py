@@ -23,7 +23,11 @@ import polars as pl
 from pairsieve.errors import PairsieveError
 
 # Parquet settings fixed here so that the same frame always gives the same bytes.
-PARQUET_OPTIONS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "statistics": True}
+PARQUET_OPTIONS: dict[str, Any] = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "statistics": True,
+}
 
 
 def _tmp_sibling(path: Path) -> Path:
@@ -355,6 +359,10 @@ class TableReader:
             return frame.collect(engine="streaming")
         except pl.exceptions.PolarsError as exc:
             for path in files:
+                row = self._ragged_row(path) if "more fields" in str(exc) else None
+                if row is not None:
+                    message = "row has more fields than the header"
+                    raise PairsieveError("unreadable_file", message, file=path, row=row) from None
                 try:
                     _scan_raw(path, self.encoding, self.separator).select(pl.len()).collect()
                 except pl.exceptions.PolarsError as inner:
@@ -362,6 +370,25 @@ class TableReader:
             raise PairsieveError(
                 "unreadable_file", _first_line(exc), file=", ".join(files)
             ) from None
+
+    def _ragged_row(self, path: str) -> int | None:
+        """1-based data row of the first CSV record with more fields than the header (the
+        error polars reports without a row), else None. Runs only after a failure."""
+        if file_format(path) != "csv":
+            return None
+        import csv
+        import io as _io
+
+        codec = self.encoding.lower().replace("_", "-")
+        codec = "utf-8" if codec.replace("-", "").startswith("utf8") else codec
+        text = _read_bytes(path).decode(codec, errors="replace")
+        sep = "\t" if path.lower().endswith(".tsv") else self.separator
+        records = (r for r in csv.reader(_io.StringIO(text, newline=""), delimiter=sep) if r)
+        header = next(records, [])
+        for number, record in enumerate(records, start=1):
+            if len(record) > len(header):
+                return number
+        return None
 
 
 def _first_line(exc: BaseException) -> str:

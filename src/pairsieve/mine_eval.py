@@ -4,10 +4,11 @@ On a catalog with ground-truth product ids and a click log, one retrieval is fil
 
 * (a) ``naive``: exact-text exclusion only, what today's miners do (sentence-transformers'
   `mine_hard_negatives` deduplicates the corpus by text and masks the query's positives);
-* (b) ``margin``: (a) plus the margin filter of ``cfg.mine`` (NV-Retriever's TopK-PercPos);
+* (b) ``margin``: (a) plus the margin filter of ``cfg.mine``, or NV-Retriever's TopK-PercPos
+  (relative margin 0.05) when the config sets none;
 * (c) ``product``: product exclusion with pairsieve's cluster ids (plus the duplicate guard,
   `mine.duplicate_guard_jaccard`, when set), no margin;
-* (d) ``both``: product exclusion and margin, pairsieve's default;
+* (d) ``both``: product exclusion and the margin of (b);
 * ``c0``: (c) without the guard, to show what cluster ids alone achieve;
 * ``truth``: (d) with ground-truth product ids, an upper bound for the clusterer.
 
@@ -31,6 +32,9 @@ from pairsieve.embed import EmbeddingCache, Encoder
 from pairsieve.errors import PairsieveError
 
 log = logging.getLogger(__name__)
+
+# NV-Retriever TopK-PercPos (arXiv 2407.15831): negatives must score below 95% of the positive.
+NV_RETRIEVER_MARGIN = 0.05
 
 # name -> (product map, margin filter on?); (c)-(e) also run the duplicate guard when configured.
 VARIANTS: dict[str, tuple[str, bool]] = {
@@ -165,11 +169,14 @@ def evaluate(
     positives = mine.positive_table(pairs, embedded)
     maps = product_maps(listings, clusters, S.TRUE_PRODUCT_ID)
     no_margin = cfg.mine.model_copy(update={"absolute_margin": None, "relative_margin": None})
+    with_margin = cfg.mine
+    if cfg.mine.absolute_margin is None and cfg.mine.relative_margin is None:
+        with_margin = cfg.mine.model_copy(update={"relative_margin": NV_RETRIEVER_MARGIN})
     variants: dict[str, dict[str, Any]] = {}
     for name, (product_map, use_margin) in VARIANTS.items():
         if product_map not in maps:
             continue
-        mine_cfg = cfg.mine if use_margin else no_margin
+        mine_cfg = with_margin if use_margin else no_margin
         kept, dropped = mine.filter_candidates(
             candidates, positives, maps[product_map], mine_cfg, cfg.seed
         )

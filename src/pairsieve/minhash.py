@@ -23,7 +23,6 @@ from datasketch import MinHash
 
 log = logging.getLogger(__name__)
 
-SIGNATURE_VERSION = 1  # bump when the hashing changes (datasketch 2.0 affine32 scheme)
 _MAX32 = np.uint32(0xFFFFFFFF)
 _ROWS_PER_CHUNK = 1 << 19  # shingle rows per permutation block: bounds memory to ~256 MB
 

@@ -172,6 +172,10 @@ class OnnxEncoder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = cfg.num_threads  # 0 = one per core
         options.inter_op_num_threads = 1
+        # Idle worker threads sleep instead of spinning: on a CPU shared with other processes
+        # (or with a second partition task) spinning threads steal the cores doing the work;
+        # measured 2.2x more titles/s for onnx-int8 without spinning at load average ~12.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self._session = ort.InferenceSession(
             str(onnx_file), options, providers=["CPUExecutionProvider"]

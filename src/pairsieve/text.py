@@ -363,9 +363,7 @@ def code_keys(code: str) -> set[str]:
     Stretches shared by many titles form oversized blocks, which the caller skips."""
     keys = {code}
     keys.update(
-        code[i : i + 6]
-        for i in range(len(code) - 5)
-        if any(ch.isdigit() for ch in code[i : i + 6])
+        code[i : i + 6] for i in range(len(code) - 5) if any(ch.isdigit() for ch in code[i : i + 6])
     )
     if any(ch.isdigit() for ch in code):
         core = code_core(code)
@@ -389,13 +387,10 @@ def compare_codes(a: Attributes, b: Attributes) -> tuple[bool, bool]:
     matched_a, matched_b, shared = set(), set(), False
     for x in a.codes | a.joined:
         for y in b.codes | b.joined:
-            if x in y or y in x or _letter_variant(x, y):
-                # a short contained code ("1486" in "gp1486") or a letter-suffix variant
-                # ("bwe91484xk" / "bwe91484xwuk") is no conflict, though only the first matches
+            if x in y or y in x:  # a short contained code ("1486" in "gp1486") is no conflict
                 matched_a.add(x)
                 matched_b.add(y)
-                # bare numbers ("1500", "2018") are weak: they block and conflict, never match
-                shared = shared or (codes_compatible(x, y) and not (x.isdigit() or y.isdigit()))
+                shared = shared or codes_compatible(x, y)
     conflicting = bool(a.codes - matched_a) and bool(b.codes - matched_b)
     conflicting = conflicting or _near_miss(a.codes, b.codes)
     return shared and not conflicting, conflicting
@@ -405,22 +400,12 @@ def _grams(code: str, n: int = 5) -> set[str]:
     return {code[i : i + n] for i in range(len(code) - n + 1)}
 
 
-def _digits(code: str) -> str:
-    return "".join(ch for ch in code if ch.isdigit())
-
-
-def _letter_variant(x: str, y: str) -> bool:
-    """Same digits and a shared 5-char stretch: codes differing only in letters (colour or
-    region suffixes, which name one product in some categories and a SKU in others)."""
-    return _digits(x) == _digits(y) and bool(_grams(x) & _grams(y))
-
-
 def _near_miss(codes_a: frozenset[str], codes_b: frozenset[str]) -> bool:
-    """Two codes of one family whose digits differ: sharing a 5-char stretch with a digit,
-    neither containing the other ("32lv541h" vs "49lv541h", "ue55nu8000" vs "ue65nu8000")."""
+    """Two codes of one family that differ: sharing a 5-char stretch with a digit, neither
+    containing the other ("32lv541h" vs "49lv541h", "ue55nu8000" vs "ue65nu8000")."""
     for x in codes_a:
         for y in codes_b:
-            if x in y or y in x or _digits(x) == _digits(y):
+            if x in y or y in x:
                 continue
             if any(any(c.isdigit() for c in g) for g in _grams(x) & _grams(y)):
                 return True
@@ -447,7 +432,12 @@ def _quantity_conflict(a: Attributes, b: Attributes) -> str | None:
 
 
 def conflict(a: Attributes, b: Attributes) -> str | None:
-    """Why two titles cannot be one product, or None: the veto reason recorded per pair.
+    """Why two titles cannot be one product, or None: the veto reason recorded per pair."""
+    return assess(a, b)[0]
+
+
+def assess(a: Attributes, b: Attributes) -> tuple[str | None, bool]:
+    """(veto reason or None, shared model code) of two titles, comparing codes once.
 
     A shared model code outranks the weaker digit-less cues (marketing words such as "ultra"
     appear in one seller's title and not another's), but never a conflicting quantity or
@@ -455,21 +445,19 @@ def conflict(a: Attributes, b: Attributes) -> str | None:
     """
     shared_code, code_conflict = compare_codes(a, b)
     if code_conflict:
-        return "model_code_conflict"
+        return "model_code_conflict", False
     reason = _quantity_conflict(a, b)
-    if reason:
-        return reason
-    if a.generations != b.generations:
-        return "generation_conflict"
-    if shared_code:
-        return None
+    if reason is None and a.generations != b.generations:
+        reason = "generation_conflict"
+    if reason is not None or shared_code:
+        return reason, shared_code
     if a.models and b.models and a.models.isdisjoint(b.models):
-        return "model_token_conflict"
-    if a.variants != b.variants:
-        return "variant_conflict"
-    if a.numbers and b.numbers and a.numbers.isdisjoint(b.numbers):
-        return "number_conflict"
-    return None
+        reason = "model_token_conflict"
+    elif a.variants != b.variants:
+        reason = "variant_conflict"
+    elif a.numbers and b.numbers and a.numbers.isdisjoint(b.numbers):
+        reason = "number_conflict"
+    return reason, False
 
 
 def jaccard(a: Attributes, b: Attributes) -> float:
