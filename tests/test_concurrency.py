@@ -60,11 +60,6 @@ def test_second_writer_is_refused_stale_lock_recovered_and_shared_cache_builds_a
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="Prefect logs the flow's PairsieveError with a traceback before the CLI's one line "
-    "(reported to the lead: filter PairsieveError records from Prefect's run loggers in cli.py)",
-)
 def test_refused_build_prints_one_line_without_traceback(tmp_path, build_env):
     inputs = make_fixture(tmp_path / "in", n_listings=60)
     out = tmp_path / "out"

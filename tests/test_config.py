@@ -17,6 +17,13 @@ def test_defaults_load_and_hash_is_stable():
     assert load_config().config_hash() == PairsieveConfig().config_hash()
 
 
+def test_hash_ignores_where_caches_live_and_which_runner_runs():
+    base = PairsieveConfig()
+    assert base.with_(cache_dir="/elsewhere").config_hash() == base.config_hash()
+    assert base.with_(**{"runner.task_runner": "dask"}).config_hash() == base.config_hash()
+    assert base.with_(**{"shards.batch_size": 64}).config_hash() != base.config_hash()
+
+
 def test_toml_file_and_overrides(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("seed = 5\n[mine]\nnum_negatives = 3\n")

@@ -48,6 +48,14 @@ SetOpt = Annotated[
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
 
 
+class _HidePairsieveErrors(logging.Filter):
+    """Prefect logs a failed run with its traceback; a PairsieveError is already one clear line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, PairsieveError) and "PairsieveError" not in record.getMessage()
+
+
 def _setup_logging(verbose: bool = False) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -57,6 +65,9 @@ def _setup_logging(verbose: bool = False) -> None:
     )
     for noisy in ("httpx", "sentence_transformers", "prefect", "distributed", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    for run_logger in ("prefect.task_runs", "prefect.flow_runs", "prefect.task_engine",
+                       "prefect.flow_engine", "prefect.engine"):
+        logging.getLogger(run_logger).addFilter(_HidePairsieveErrors())
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:

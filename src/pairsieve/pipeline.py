@@ -21,8 +21,24 @@ from pairsieve.embed import EmbedStats, embed_partition
 from pairsieve.errors import PairsieveError
 from pairsieve.stage import StageResult
 
+def _transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry a failed task unless it failed on the input or config: that fails the same again."""
+    try:
+        state.result()
+    except PairsieveError:
+        return False
+    except Exception:  # noqa: BLE001 - any other failure may be transient (I/O, a lost worker)
+        return True
+    return True
+
+
 # Stages are idempotent (skipped when up to date), so a retry after a transient failure is safe.
-_TASK_OPTIONS: dict[str, Any] = {"cache_policy": NO_CACHE, "retries": 1, "retry_delay_seconds": 5}
+_TASK_OPTIONS: dict[str, Any] = {
+    "cache_policy": NO_CACHE,
+    "retries": 1,
+    "retry_delay_seconds": 5,
+    "retry_condition_fn": _transient,
+}
 
 
 @task(name="ingest", **_TASK_OPTIONS)
@@ -72,11 +88,6 @@ def artifacts_task(report_dir: Path, key: str) -> None:
     markdown, table = report_artifacts(load_report(report_dir))
     create_markdown_artifact(markdown=markdown, key=key, description="pairsieve duplicate impact")
     create_table_artifact(table=table, key=f"{key}-table", description="pairsieve figures")
-
-
-@task(name="prepare-staging", cache_policy=NO_CACHE)
-def staging_task(out: str) -> Path:
-    return publish.prepare_staging(out)
 
 
 @task(name="publish", cache_policy=NO_CACHE)
@@ -139,8 +150,7 @@ def build(
     ``previous`` (the last published build folder) product ids carry over from it.
     """
     cfg = build_config(config or {})
-    with publish.build_lock(out):
-        run_dir = staging_task(out)
+    with publish.building(out) as run_dir:
         results = [ingest_task(cfg, _as_list(clicks), _as_list(catalog), run_dir)]
         partitions = plan_embedding_task(cfg, run_dir)
         embed_partitions.with_options(task_runner=task_runner_for(cfg.runner))(partitions, cfg)

@@ -79,9 +79,16 @@ def build_lock(out: str | Path, wait_s: float = 0.0) -> Iterator[Path]:
 
 def prepare_staging(out: str | Path) -> Path:
     """The staging folder for ``out``: resumed if a crashed build left one, else seeded from the
-    published build by hard links (artifacts are immutable, so unchanged stages are skipped)."""
+    published build by hard links (artifacts are immutable, so unchanged stages are skipped).
+
+    Half-written stage folders a killed run left (``.NAME.tmp-*``, ``.NAME.old-*``) are removed,
+    so they can never be published. Call it holding the build lock.
+    """
     out, staging = Path(out), staging_dir(out)
     if staging.exists():
+        for pattern in (".*.tmp-*", ".*.old-*"):
+            for leftover in staging.glob(pattern):
+                shutil.rmtree(leftover, ignore_errors=True)
         return staging
     tmp = staging.with_name(staging.name + ".seed")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -91,6 +98,23 @@ def prepare_staging(out: str | Path) -> Path:
         tmp.mkdir(parents=True)
     os.replace(tmp, staging)
     return staging
+
+
+@contextlib.contextmanager
+def building(out: str | Path) -> Iterator[Path]:
+    """Hold the lock of ``out`` and yield its staging folder for the build to work in.
+
+    If the build fails before any stage completed, the empty staging folder is removed, so a
+    rejected input leaves nothing behind; otherwise it stays for the next run to resume from.
+    """
+    with build_lock(out):
+        staging = prepare_staging(out)
+        try:
+            yield staging
+        except BaseException:
+            if not any(staging.glob(f"*/{STAGE_JSON}")):
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
 
 
 def _exchange(a: Path, b: Path) -> bool:
