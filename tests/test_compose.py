@@ -24,7 +24,9 @@ def compose() -> dict:
 
 def test_services_and_health_checks(compose):
     services = compose["services"]
-    assert {"postgres", "prefect-server", "worker", "dask-scheduler", "dask-worker"} <= set(services)
+    assert {"postgres", "prefect-server", "worker", "dask-scheduler", "dask-worker"} <= set(
+        services
+    )
     for name in ("postgres", "prefect-server", "dask-scheduler"):
         assert "healthcheck" in services[name], name
     for name, service in services.items():

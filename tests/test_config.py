@@ -82,8 +82,17 @@ def test_configuration_doc_matches_model():
 def test_cli_rejects_bad_override_with_exit_code_2(tmp_path):
     result = CliRunner().invoke(
         app,
-        ["build", "--clicks", "x", "--catalog", "y", "--out", str(tmp_path / "o"),
-         "--set", "mine.num_negatives=0"],
+        [
+            "build",
+            "--clicks",
+            "x",
+            "--catalog",
+            "y",
+            "--out",
+            str(tmp_path / "o"),
+            "--set",
+            "mine.num_negatives=0",
+        ],
     )
     assert result.exit_code == 2
     assert "mine.num_negatives" in result.output

@@ -52,7 +52,9 @@ def prefect_server(tmp_path):
     log = open(tmp_path / "server.log", "w")  # noqa: SIM115
     server = subprocess.Popen(
         [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         _wait_for(f"http://127.0.0.1:{port}/api/health", 180)
@@ -89,10 +91,22 @@ def test_deployment_runs_through_a_serving_worker(prefect_server, tmp_path, sess
     worker_env = {**env, "PREFECT_API_URL": api_url}
     log = open(tmp_path / "worker.log", "w")  # noqa: SIM115
     worker = subprocess.Popen(
-        [str(BIN / "pairsieve"), "serve", "--clicks", str(sample / "clicks.parquet"),
-         "--catalog", str(sample / "catalog.parquet"), "--out", str(out),
-         "--set", f'cache_dir="{session_cache_dir}"'],
-        env=worker_env, stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+        [
+            str(BIN / "pairsieve"),
+            "serve",
+            "--clicks",
+            str(sample / "clicks.parquet"),
+            "--catalog",
+            str(sample / "catalog.parquet"),
+            "--out",
+            str(out),
+            "--set",
+            f'cache_dir="{session_cache_dir}"',
+        ],
+        env=worker_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
     )
     try:
         os.environ["PREFECT_API_URL"] = api_url

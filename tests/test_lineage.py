@@ -6,9 +6,9 @@ from pairsieve.lineage import FIRST_SEEN, first_build, reconcile
 
 
 def _products(mapping: dict[str, str]) -> pl.DataFrame:
-    return pl.DataFrame(
-        {"listing_id": list(mapping), "product_id": list(mapping.values())}
-    ).sort("listing_id")
+    return pl.DataFrame({"listing_id": list(mapping), "product_id": list(mapping.values())}).sort(
+        "listing_id"
+    )
 
 
 def _changes(table: pl.DataFrame) -> set[tuple]:
@@ -16,17 +16,25 @@ def _changes(table: pl.DataFrame) -> set[tuple]:
 
 
 def test_day_two_keeps_ids_joins_merges_splits_and_removes():
-    previous = first_build(_products(
-        {"a1": "A", "a2": "A", "b1": "B", "c1": "C", "c2": "C", "d1": "D", "e1": "E", "e2": "E"}
-    )).with_columns(
-        pl.when(pl.col("product_id") == "C").then(1).otherwise(0).alias(FIRST_SEEN)
+    previous = first_build(
+        _products(
+            {"a1": "A", "a2": "A", "b1": "B", "c1": "C", "c2": "C", "d1": "D", "e1": "E", "e2": "E"}
+        )
+    ).with_columns(pl.when(pl.col("product_id") == "C").then(1).otherwise(0).alias(FIRST_SEEN))
+    current = _products(
+        {
+            "a1": "x1",
+            "a2": "x1",
+            "a3": "x1",  # A gains a new seller
+            "b1": "x2",
+            "c1": "x2",
+            "c2": "x2",  # B (older) and C merge
+            "e1": "x3",
+            "e2": "x4",  # E splits
+            "n1": "x5",
+            "n2": "x5",  # a new product; D is gone
+        }
     )
-    current = _products({
-        "a1": "x1", "a2": "x1", "a3": "x1",   # A gains a new seller
-        "b1": "x2", "c1": "x2", "c2": "x2",   # B (older) and C merge
-        "e1": "x3", "e2": "x4",               # E splits
-        "n1": "x5", "n2": "x5",               # a new product; D is gone
-    })
     products, changes = reconcile(current, previous, build_number=2)
     ids = dict(products.select("listing_id", "product_id").rows())
     assert ids["a1"] == ids["a2"] == ids["a3"] == "A"

@@ -41,8 +41,13 @@ def product_ids() -> list[str]:
 def _cfg(cache_dir: Path, **overrides):
     return load_config(
         None,
-        {"ingest.truth_column": TRUE_PRODUCT_ID, "cache_dir": str(cache_dir),
-         "shards.batch_size": 8, "mine.num_negatives": 2, **overrides},
+        {
+            "ingest.truth_column": TRUE_PRODUCT_ID,
+            "cache_dir": str(cache_dir),
+            "shards.batch_size": 8,
+            "mine.num_negatives": 2,
+            **overrides,
+        },
     )
 
 
@@ -53,8 +58,13 @@ def _run_steps(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> 
     partitions = steps.embedding_partitions(cfg, run_dir)
     for texts in partitions:
         embed_partition(texts, cfg)
-    results = [ingest, steps.cluster_step(cfg, run_dir, previous), steps.mine_step(cfg, run_dir),
-               steps.shards_step(cfg, run_dir), steps.report_step(cfg, run_dir)]
+    results = [
+        ingest,
+        steps.cluster_step(cfg, run_dir, previous),
+        steps.mine_step(cfg, run_dir),
+        steps.shards_step(cfg, run_dir),
+        steps.report_step(cfg, run_dir),
+    ]
     return {"results": results, "embedded": sum(len(p) for p in partitions)}
 
 
@@ -69,8 +79,12 @@ def test_build_flow_publishes_balanced_stages_and_skips_on_rerun(
 
     data = _slice(tmp_path / "data", product_ids[:30])
     cfg = _cfg(session_cache_dir)
-    kwargs = dict(clicks=str(data / "clicks.parquet"), catalog=str(data / "catalog.parquet"),
-                  out=str(tmp_path / "build"), config=cfg.model_dump(mode="json"))
+    kwargs = dict(
+        clicks=str(data / "clicks.parquet"),
+        catalog=str(data / "catalog.parquet"),
+        out=str(tmp_path / "build"),
+        config=cfg.model_dump(mode="json"),
+    )
     first = build(**kwargs)
     assert list(first) == ["ingest", "cluster", "mine", "shards", "report"]
     for stage in first.values():
@@ -91,19 +105,30 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
     day1_catalog = pl.read_parquet(day1_data / "catalog.parquet")
     removed = day1_catalog["listing_id"].sort()[0]
     # A new seller lists eight day-1 products under their existing titles.
-    copies = (day1_catalog.sort("listing_id").gather_every(len(day1_catalog) // 8).head(8)
-              .with_columns(pl.col("listing_id") + "-new", seller_id=pl.lit("seller-new")))
+    copies = (
+        day1_catalog.sort("listing_id")
+        .gather_every(len(day1_catalog) // 8)
+        .head(8)
+        .with_columns(pl.col("listing_id") + "-new", seller_id=pl.lit("seller-new"))
+    )
     day2_data = _slice(tmp_path / "d2", day1_products + new_products, {removed})
     pl.concat([pl.read_parquet(day2_data / "catalog.parquet"), copies]).write_parquet(
-        day2_data / "catalog.parquet")
+        day2_data / "catalog.parquet"
+    )
     cfg = _cfg(tmp_path / "cache")
     day1 = _run_steps(cfg, day1_data, tmp_path / "b1")
     day2 = _run_steps(cfg, day2_data, tmp_path / "b2", previous=tmp_path / "b1")
 
-    ids1 = dict(pl.read_parquet(tmp_path / "b1" / "cluster" / "products.parquet")
-                .select("listing_id", "product_id").rows())
-    ids2 = dict(pl.read_parquet(tmp_path / "b2" / "cluster" / "products.parquet")
-                .select("listing_id", "product_id").rows())
+    ids1 = dict(
+        pl.read_parquet(tmp_path / "b1" / "cluster" / "products.parquet")
+        .select("listing_id", "product_id")
+        .rows()
+    )
+    ids2 = dict(
+        pl.read_parquet(tmp_path / "b2" / "cluster" / "products.parquet")
+        .select("listing_id", "product_id")
+        .rows()
+    )
     kept = sorted(set(ids1) - {removed})
     assert sum(ids1[i] == ids2[i] for i in kept) >= 0.95 * len(kept)
     originals = copies["listing_id"].str.strip_suffix("-new")
@@ -111,8 +136,9 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
         assert ids2[copy] == ids1[original], "a new copy must join its product's existing id"
     changes = pl.read_parquet(tmp_path / "b2" / "cluster" / ID_CHANGES_FILE)
     assert set(changes["change"]) <= {"new", "merged", "split", "removed"}
-    truth = dict(pl.read_parquet(day2_data / "catalog.parquet")
-                 .select("listing_id", TRUE_PRODUCT_ID).rows())
+    truth = dict(
+        pl.read_parquet(day2_data / "catalog.parquet").select("listing_id", TRUE_PRODUCT_ID).rows()
+    )
     new_listings = [i for i in ids2 if truth[i] in new_products]
     assert all(ids2[i] not in set(ids1.values()) for i in new_listings)
     assert changes.filter(pl.col("change") == "new")["listings"].sum() >= len(new_listings) // 2
@@ -126,17 +152,21 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
 
 
 @pytest.mark.slow
-def test_thread_and_dask_runners_give_byte_identical_shards(
-    prefect_harness, tmp_path, product_ids
-):
+def test_thread_and_dask_runners_give_byte_identical_shards(prefect_harness, tmp_path, product_ids):
     from pairsieve.pipeline import build
 
     data = _slice(tmp_path / "data", product_ids[60:80])
     hashes = {}
     for runner in ("threads", "dask"):
-        cfg = _cfg(tmp_path / f"cache-{runner}", **{"runner.task_runner": runner,
-                                                    "embed.partition_size": 100})
-        build(clicks=str(data / "clicks.parquet"), catalog=str(data / "catalog.parquet"),
-                        out=str(tmp_path / runner), config=cfg.model_dump(mode="json"))
+        cfg = _cfg(
+            tmp_path / f"cache-{runner}",
+            **{"runner.task_runner": runner, "embed.partition_size": 100},
+        )
+        build(
+            clicks=str(data / "clicks.parquet"),
+            catalog=str(data / "catalog.parquet"),
+            out=str(tmp_path / runner),
+            config=cfg.model_dump(mode="json"),
+        )
         hashes[runner] = _shard_hashes(tmp_path / runner)
     assert hashes["threads"] == hashes["dask"]

@@ -17,8 +17,14 @@ def _fake_shards(folder, content=b"abc"):
     shards = folder / "shards"
     shards.mkdir(parents=True, exist_ok=True)
     (shards / "train-00000.parquet").write_bytes(content)
-    files = {"train": [{"name": "train-00000.parquet",
-                        "sha256": io.sha256_file(shards / "train-00000.parquet")}]}
+    files = {
+        "train": [
+            {
+                "name": "train-00000.parquet",
+                "sha256": io.sha256_file(shards / "train-00000.parquet"),
+            }
+        ]
+    }
     (shards / "manifest.json").write_text(json.dumps({"files": files}))
 
 

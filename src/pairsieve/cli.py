@@ -65,8 +65,13 @@ def _setup_logging(verbose: bool = False) -> None:
     )
     for noisy in ("httpx", "sentence_transformers", "prefect", "distributed", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    for run_logger in ("prefect.task_runs", "prefect.flow_runs", "prefect.task_engine",
-                       "prefect.flow_engine", "prefect.engine"):
+    for run_logger in (
+        "prefect.task_runs",
+        "prefect.flow_runs",
+        "prefect.task_engine",
+        "prefect.flow_engine",
+        "prefect.engine",
+    ):
         logging.getLogger(run_logger).addFilter(_HidePairsieveErrors())
 
 
@@ -373,9 +378,16 @@ def eval_command(
     frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
     scores = evaluate.compare(cfg, frame, truth_column)
     table = Table(title=f"clustering vs {truth_column} ({len(frame)} listings)")
-    fields = {"pairwise_precision": "pair P", "pairwise_recall": "pair R", "pairwise_f1": "pair F1",
-              "bcubed_precision": "B3 P", "bcubed_recall": "B3 R", "bcubed_f1": "B3 F1",
-              "clusters": "clusters", "largest_cluster": "largest"}
+    fields = {
+        "pairwise_precision": "pair P",
+        "pairwise_recall": "pair R",
+        "pairwise_f1": "pair F1",
+        "bcubed_precision": "B3 P",
+        "bcubed_recall": "B3 R",
+        "bcubed_f1": "B3 F1",
+        "clusters": "clusters",
+        "largest_cluster": "largest",
+    }
     table.add_column("method", no_wrap=True)
     for header in fields.values():
         table.add_column(header, justify="right", no_wrap=True)

@@ -155,7 +155,10 @@ class ClusterConfig(_Section):
         0.8, ge=-1, le=1, description="Embedding neighbours below this cosine are not candidates."
     )
     accept_cosine: float = Field(
-        0.9, ge=-1, le=1, description="A candidate without a shared model code is accepted at "
+        0.9,
+        ge=-1,
+        le=1,
+        description="A candidate without a shared model code is accepted at "
         "this cosine (with accept_jaccard), unless an attribute vetoes it.",
     )
     accept_jaccard: float = Field(

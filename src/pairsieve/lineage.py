@@ -27,8 +27,12 @@ OTHER_PRODUCT_ID = "other_product_id"
 _PREV = "previous_product_id"
 _PREV_SEEN = "previous_first_seen"
 
-CHANGES_SCHEMA = {CHANGE: pl.String, S.PRODUCT_ID: pl.String, OTHER_PRODUCT_ID: pl.String,
-                  "listings": pl.Int64}
+CHANGES_SCHEMA = {
+    CHANGE: pl.String,
+    S.PRODUCT_ID: pl.String,
+    OTHER_PRODUCT_ID: pl.String,
+    "listings": pl.Int64,
+}
 
 
 def _candidates(current: pl.DataFrame, previous: pl.DataFrame) -> pl.DataFrame:
@@ -72,8 +76,11 @@ def reconcile(
     taken = previous[S.PRODUCT_ID].unique().implode()
     unclaimed_fresh = (
         pl.when(pl.col(S.PRODUCT_ID).is_in(taken))
-        .then(pl.concat_str(pl.col(S.PRODUCT_ID), pl.lit(f"@{build_number}"))
-              .map_elements(lambda v: "p" + S.stable_hash(v), return_dtype=pl.String))
+        .then(
+            pl.concat_str(pl.col(S.PRODUCT_ID), pl.lit(f"@{build_number}")).map_elements(
+                lambda v: "p" + S.stable_hash(v), return_dtype=pl.String
+            )
+        )
         .otherwise(pl.col(S.PRODUCT_ID))
     )
     resolved = mapping.select(
@@ -104,22 +111,40 @@ def _changes(
     kept_ids = set(winners[_PREV].to_list())
     merged = lost.filter(pl.col(_PREV).is_in(kept_ids).not_())
     split = lost.filter(pl.col(_PREV).is_in(kept_ids))
-    new_ids = resolved.join(winners.select(pl.col(S.PRODUCT_ID).alias("fresh_id")),
-                            on="fresh_id", how="anti")
+    new_ids = resolved.join(
+        winners.select(pl.col(S.PRODUCT_ID).alias("fresh_id")), on="fresh_id", how="anti"
+    )
     sizes = products.group_by(S.PRODUCT_ID).agg(pl.len().alias("listings"))
-    removed = previous.group_by(S.PRODUCT_ID).agg(pl.len().alias("listings")).join(
-        cand.select(pl.col(_PREV).alias(S.PRODUCT_ID)).unique(), on=S.PRODUCT_ID, how="anti"
+    removed = (
+        previous.group_by(S.PRODUCT_ID)
+        .agg(pl.len().alias("listings"))
+        .join(cand.select(pl.col(_PREV).alias(S.PRODUCT_ID)).unique(), on=S.PRODUCT_ID, how="anti")
     )
     parts = [
-        merged.select(pl.lit("merged").alias(CHANGE), pl.col("final_id").alias(S.PRODUCT_ID),
-                      pl.col(_PREV).alias(OTHER_PRODUCT_ID), pl.col("shared").alias("listings")),
-        split.select(pl.lit("split").alias(CHANGE), pl.col("final_id").alias(S.PRODUCT_ID),
-                     pl.col(_PREV).alias(OTHER_PRODUCT_ID), pl.col("shared").alias("listings")),
+        merged.select(
+            pl.lit("merged").alias(CHANGE),
+            pl.col("final_id").alias(S.PRODUCT_ID),
+            pl.col(_PREV).alias(OTHER_PRODUCT_ID),
+            pl.col("shared").alias("listings"),
+        ),
+        split.select(
+            pl.lit("split").alias(CHANGE),
+            pl.col("final_id").alias(S.PRODUCT_ID),
+            pl.col(_PREV).alias(OTHER_PRODUCT_ID),
+            pl.col("shared").alias("listings"),
+        ),
         new_ids.join(sizes, left_on="final_id", right_on=S.PRODUCT_ID).select(
-            pl.lit("new").alias(CHANGE), pl.col("final_id").alias(S.PRODUCT_ID),
-            pl.lit(None, pl.String).alias(OTHER_PRODUCT_ID), "listings"),
-        removed.select(pl.lit("removed").alias(CHANGE), S.PRODUCT_ID,
-                       pl.lit(None, pl.String).alias(OTHER_PRODUCT_ID), "listings"),
+            pl.lit("new").alias(CHANGE),
+            pl.col("final_id").alias(S.PRODUCT_ID),
+            pl.lit(None, pl.String).alias(OTHER_PRODUCT_ID),
+            "listings",
+        ),
+        removed.select(
+            pl.lit("removed").alias(CHANGE),
+            S.PRODUCT_ID,
+            pl.lit(None, pl.String).alias(OTHER_PRODUCT_ID),
+            "listings",
+        ),
     ]
     return (
         pl.concat([p.cast(CHANGES_SCHEMA) for p in parts])

@@ -26,6 +26,7 @@ import logging
 import os
 import uuid
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -169,8 +170,16 @@ class OnnxEncoder:
         self._tokenizer = Tokenizer.from_file(str(Path(model_path) / "tokenizer.json"))
         self._tokenizer.enable_truncation(cfg.max_seq_length)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # noqa: S106
+        # Dynamic int8 quantises activations with one scale per tensor, i.e. per batch: a title's
+        # vector moved by up to 0.03 with its batch neighbours (measured), so cached vectors would
+        # depend on what else was missing. One text per call makes each vector a function of its
+        # text alone and needs no padding; the cores then run texts side by side, one
+        # single-threaded call each (15% more titles/s than one call on two threads, measured).
+        self._per_text = cfg.backend == "onnx-int8"
+        self._workers = (cfg.num_threads or os.cpu_count() or 1) if self._per_text else 1
+        self._batch_size = 1 if self._per_text else cfg.batch_size
         options = ort.SessionOptions()
-        options.intra_op_num_threads = cfg.num_threads  # 0 = one per core
+        options.intra_op_num_threads = 1 if self._per_text else cfg.num_threads  # 0 = all cores
         options.inter_op_num_threads = 1
         # Idle worker threads sleep instead of spinning: on a CPU shared with other processes
         # (or with a second partition task) spinning threads steal the cores doing the work;
@@ -180,26 +189,30 @@ class OnnxEncoder:
         self._session = ort.InferenceSession(
             str(onnx_file), options, providers=["CPUExecutionProvider"]
         )
-        # Dynamic int8 quantises activations with one scale per tensor, i.e. per batch: a title's
-        # vector moved by up to 0.03 with its batch neighbours (measured), so cached vectors would
-        # depend on what else was missing. One text per call makes each vector a function of its
-        # text alone, and costs nothing here (no padding; same titles/s as batches of 128).
-        self._batch_size = 1 if cfg.backend == "onnx-int8" else cfg.batch_size
+
+    def _run(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """(b, s) int64 token ids and mask -> (b, d) float32; releases the GIL while it runs."""
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return self._session.run(None, feed)[0]
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """(n,) texts -> (n, d) float32 unit vectors."""
+        if not texts:
+            return np.empty((0, self.dimension), dtype=np.float32)
         order = np.argsort([len(t) for t in texts], kind="stable")
-        chunks = []
+        jobs = []
         for start in range(0, len(texts), self._batch_size):
             batch = self._tokenizer.encode_batch(
                 [texts[i] for i in order[start : start + self._batch_size]]
             )
             ids = np.array([e.ids for e in batch], dtype=np.int64)  # (b, s)
             mask = np.array([e.attention_mask for e in batch], dtype=np.int64)  # (b, s)
-            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            chunks.append(self._session.run(None, feed)[0])
-        if not chunks:
-            return np.empty((0, self.dimension), dtype=np.float32)
+            jobs.append((ids, mask))
+        if self._workers > 1:
+            with ThreadPoolExecutor(self._workers) as pool:
+                chunks = list(pool.map(lambda job: self._run(*job), jobs))
+        else:
+            chunks = [self._run(*job) for job in jobs]
         vectors = np.empty((len(texts), chunks[0].shape[1]), dtype=np.float32)
         vectors[order] = np.concatenate(chunks)
         # int8 graphs drift slightly off the unit sphere; downstream treats dot products as cosines

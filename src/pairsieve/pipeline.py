@@ -21,6 +21,7 @@ from pairsieve.embed import EmbedStats, embed_partition
 from pairsieve.errors import PairsieveError
 from pairsieve.stage import StageResult
 
+
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
     """Retry a failed task unless it failed on the input or config: that fails the same again."""
     try:

@@ -147,9 +147,7 @@ def publish(out: str | Path) -> Path:
 def manifest_files(manifest: dict) -> dict[str, str]:
     """File name -> sha256 of every file a shards manifest lists (train and eval splits)."""
     return {
-        entry["name"]: entry["sha256"]
-        for split in manifest["files"].values()
-        for entry in split
+        entry["name"]: entry["sha256"] for split in manifest["files"].values() for entry in split
     }
 
 

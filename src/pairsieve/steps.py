@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,8 +50,17 @@ def shared_encoder(cfg: EmbedConfig) -> Encoder:
     return load_encoder(cfg)
 
 
-def _stage_path(run_dir: Path, stage: str, file: str) -> Path:
-    return Path(run_dir) / stage / file
+# Where each stage's main artifact lives in a build folder.
+_ARTIFACTS = {
+    "clicks": ("ingest", S.CLICKS_FILE),
+    "listings": ("ingest", S.LISTINGS_FILE),
+    "products": ("cluster", S.PRODUCTS_FILE),
+    "negatives": ("mine", S.NEGATIVES_FILE),
+}
+
+
+def _artifacts(run_dir: Path, *names: str) -> list[Path]:
+    return [Path(run_dir).joinpath(*_ARTIFACTS[name]) for name in names]
 
 
 def ingest_step(
@@ -79,8 +89,9 @@ def embedding_partitions(cfg: PairsieveConfig, run_dir: Path) -> list[list[str]]
 
     from pairsieve.embed import cache_for, plan_partitions
 
-    titles = pl.read_parquet(_stage_path(run_dir, "ingest", S.LISTINGS_FILE), columns=[S.TITLE])
-    queries = pl.read_parquet(_stage_path(run_dir, "ingest", S.CLICKS_FILE), columns=[S.QUERY])
+    listings, clicks = _artifacts(run_dir, "listings", "clicks")
+    titles = pl.read_parquet(listings, columns=[S.TITLE])
+    queries = pl.read_parquet(clicks, columns=[S.QUERY])
     texts = titles[S.TITLE].to_list() + queries[S.QUERY].to_list()
     return plan_partitions(texts, cache_for(cfg), cfg.embed.partition_size)
 
@@ -119,7 +130,7 @@ def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = No
     from pairsieve import cluster
     from pairsieve.io import sha256_file
 
-    listings = _stage_path(run_dir, "ingest", S.LISTINGS_FILE)
+    (listings,) = _artifacts(run_dir, "listings")
     fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["cluster"]))
     if previous is not None:
         previous = Path(previous)
@@ -132,23 +143,21 @@ def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = No
     return run_stage("cluster", run_dir, section_hash(cfg, "cluster"), fingerprint, body)
 
 
+def _run_downstream(
+    cfg: PairsieveConfig, run_dir: Path, stage: str, body: Callable[[Path], StageResult]
+) -> StageResult:
+    """Run a stage whose inputs are its upstream stages' outputs in ``run_dir``."""
+    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM[stage]))
+    return run_stage(stage, run_dir, section_hash(cfg, stage), fingerprint, body)
+
+
 def mine_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
     """Mine hard negatives that never share the positive's product into `run_dir/mine/`."""
     from pairsieve import mine
 
-    return run_stage(
-        "mine",
-        run_dir,
-        section_hash(cfg, "mine"),
-        stage_fingerprint(run_dir, list(UPSTREAM["mine"])),
-        lambda tmp: mine.run(
-            cfg,
-            _stage_path(run_dir, "ingest", S.CLICKS_FILE),
-            _stage_path(run_dir, "ingest", S.LISTINGS_FILE),
-            _stage_path(run_dir, "cluster", S.PRODUCTS_FILE),
-            tmp,
-            shared_encoder(cfg.embed),
-        ),
+    inputs = _artifacts(run_dir, "clicks", "listings", "products")
+    return _run_downstream(
+        cfg, run_dir, "mine", lambda tmp: mine.run(cfg, *inputs, tmp, shared_encoder(cfg.embed))
     )
 
 
@@ -156,21 +165,10 @@ def shards_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
     """Write product-disjoint, labelled training shards into `run_dir/shards/`."""
     from pairsieve import shards
 
-    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["shards"]))
-    return run_stage(
-        "shards",
-        run_dir,
-        section_hash(cfg, "shards"),
-        fingerprint,
-        lambda tmp: shards.run(
-            cfg,
-            _stage_path(run_dir, "ingest", S.CLICKS_FILE),
-            _stage_path(run_dir, "ingest", S.LISTINGS_FILE),
-            _stage_path(run_dir, "cluster", S.PRODUCTS_FILE),
-            _stage_path(run_dir, "mine", S.NEGATIVES_FILE),
-            tmp,
-            {"inputs": fingerprint},
-        ),
+    inputs = _artifacts(run_dir, "clicks", "listings", "products", "negatives")
+    fingerprints = {"inputs": stage_fingerprint(run_dir, list(UPSTREAM["shards"]))}
+    return _run_downstream(
+        cfg, run_dir, "shards", lambda tmp: shards.run(cfg, *inputs, tmp, fingerprints)
     )
 
 
@@ -178,18 +176,10 @@ def report_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
     """Write the duplicate-impact report into `run_dir/report/`."""
     from pairsieve import report
 
-    return run_stage(
-        "report",
-        run_dir,
-        section_hash(cfg, "report"),
-        stage_fingerprint(run_dir, list(UPSTREAM["report"])),
-        lambda tmp: report.run(cfg, Path(run_dir), tmp),
-    )
+    return _run_downstream(cfg, run_dir, "report", lambda tmp: report.run(cfg, Path(run_dir), tmp))
 
 
-def audit_step(
-    cfg: PairsieveConfig, dataset: Path, catalog: Path | None, out: Path
-) -> StageResult:
+def audit_step(cfg: PairsieveConfig, dataset: Path, catalog: Path | None, out: Path) -> StageResult:
     """Audit a dataset built elsewhere into the folder ``out`` (published atomically)."""
     from pairsieve import audit, io
 
@@ -201,6 +191,7 @@ def audit_step(
         out.parent,
         section_hash(cfg, "audit"),
         io.sha256_text("|".join(digests)),
-        lambda tmp: audit.run(cfg, Path(dataset), Path(catalog) if catalog else None, tmp,
-                              shared_encoder(cfg.embed)),
+        lambda tmp: audit.run(
+            cfg, Path(dataset), Path(catalog) if catalog else None, tmp, shared_encoder(cfg.embed)
+        ),
     )
