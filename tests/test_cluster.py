@@ -155,3 +155,54 @@ def test_cluster_command_writes_products(tmp_path, session_cache_dir) -> None:
     assert products[S.LISTING_ID].to_list() == sorted(TITLES)
     missing = CliRunner().invoke(app, ["cluster", "--catalog", "nope.csv", "--out", "x"])
     assert missing.exit_code == 2
+
+
+def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
+    """`cluster.verify` evaluates `text.assess` / `text.jaccard` column-wise; every pair of a
+    small real-title set (all conflict kinds, codes, brands) must match the per-pair functions."""
+    from pairsieve import text
+
+    titles = [t for t, _ in TITLES.values()] + [
+        "sony rx100 iv",
+        "sony rx100 vi",
+        "panasonic lx100",
+        "panasonic lx100 mark ii",
+        "samsung galaxy s8 64gb",
+        "samsung galaxy s9 64gb",
+        "apple iphone 7 32gb",
+        "apple iphone 8 32gb",
+        "bosch 7kg 1400rpm washer 60cm",
+        "bosch 8kg 1400rpm washer 60cm",
+        "intel core i7-8700k 3.7ghz lga1151",
+        "intel core i7 8700k 3.7 ghz",
+        "",
+    ]
+    frame = cluster.prepare(
+        pl.DataFrame(
+            {
+                S.LISTING_ID: [f"x{i:02d}" for i in range(len(titles))],
+                S.TITLE: titles,
+                S.BRAND: [["acme", None, "zeta", None][i % 4] for i in range(len(titles))],
+            }
+        )
+    )
+    nodes = cluster.node_table(frame)
+    attrs = [text.extract_attributes(t) for t in nodes[S.TITLE_NORM].to_list()]
+    n = len(nodes)
+    pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
+    candidates = pl.DataFrame({"a": pairs[:, 0], "b": pairs[:, 1], S.SIGNAL: "minhash"})
+    cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False}).cluster
+    scored = cluster.verify(cfg, candidates, nodes, attrs, None)
+    informative = nodes["_informative"].to_list()
+    brands = nodes[S.BRAND].to_list()
+    for (a, b), jac, reason in zip(
+        pairs.tolist(), scored[S.JACCARD], scored[S.VETO_REASON], strict=True
+    ):
+        assert jac == round(text.jaccard(attrs[a], attrs[b]), 4)
+        if not (informative[a] and informative[b]):
+            expected = "low_information"
+        elif brands[a] and brands[b] and brands[a] != brands[b]:
+            expected = "brand_conflict"
+        else:
+            expected = text.assess(attrs[a], attrs[b])[0]
+        assert reason == expected, (nodes[S.TITLE_NORM][a], nodes[S.TITLE_NORM][b])

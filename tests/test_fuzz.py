@@ -475,7 +475,7 @@ def test_fuzzed_valid_inputs_balance_every_stage(encoder, session_cache_dir, mon
     from pairsieve.config import build_config
 
     cfg = build_config({"cache_dir": str(session_cache_dir)})
-    monkeypatch.setattr(steps, "shared_encoder", lambda _cfg: encoder)  # the session's real model
+    monkeypatch.setattr(steps, "_encoder", lambda _cfg: encoder)  # the session's real model
 
     @settings(max_examples=5, derandomize=True, phases=[Phase.generate], **_SETTINGS)
     @given(valid_enough_case())

@@ -401,7 +401,7 @@ def run(
             "empty_input", "no row with anchor, positive and a negative", file=str(dataset)
         )
     catalog_df = read_catalog(Path(catalog)) if catalog else None
-    encoder = encoder or load_encoder(cfg.embed)
+    encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     listings = listings_for(data, catalog_df)
     product_of = cluster_texts(cfg, listings, out_dir / "cluster", encoder)
     labelled = row_scores(cfg, label_rows(data, product_of), encoder)

@@ -74,7 +74,7 @@ class EmbedConfig(_Section):
         "onnx-int8",
         description="Inference backend: `torch` (sentence-transformers), or onnxruntime on a "
         "local export of the same weights: `onnx` (fp32), `onnx-optimized` (fused fp32), "
-        "`onnx-int8` (fused, dynamic int8; default: measured 3.6x the stock encode's titles/s "
+        "`onnx-int8` (fused, dynamic int8; default: measured 4x the stock encode's titles/s "
         "at mean cosine 0.991 to fp32). Each backend has its own cache namespace; figures in "
         "benchmarks/RESULTS.md.",
     )

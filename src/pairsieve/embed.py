@@ -317,8 +317,8 @@ def plan_partitions(
 
 
 @functools.lru_cache(maxsize=2)
-def _process_encoder(cfg: EmbedConfig, cache_dir: str) -> Encoder:
-    """One encoder per process and config, shared by every partition task it runs."""
+def shared_encoder(cfg: EmbedConfig, cache_dir: str) -> Encoder:
+    """One encoder per process and config, shared by every stage and partition task it runs."""
     return load_encoder(cfg, cache_dir)
 
 
@@ -328,7 +328,7 @@ def embed_partition(texts: Sequence[str], cfg: PairsieveConfig) -> EmbedStats:
     A pure function of (texts, config) with the cache as its only output, safe to run in any
     worker process or thread, any number at once; the vectors are read back with `read_cached`.
     """
-    encoder = _process_encoder(cfg.embed, cfg.cache_dir)
+    encoder = shared_encoder(cfg.embed, cfg.cache_dir)
     cache = EmbeddingCache(cfg.cache_dir, encoder.model_key)
     _, stats = embed_texts(texts, encoder, cache, cfg.embed.partition_size)
     return stats

@@ -462,7 +462,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     products_df = _read(products, "products", (S.LISTING_ID, S.PRODUCT_ID))
     pairs = clicks_df.select(S.QUERY, S.LISTING_ID).unique()
     _check_known(pairs, listings_df, str(clicks) if isinstance(clicks, Path) else "clicks")
-    encoder = encoder or load_encoder(cfg.embed)
+    encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     embedded = embed_inputs(
         pairs[S.QUERY].to_list(),
         listings_df,

@@ -250,7 +250,7 @@ def run_eval(
             column=truth_column,
             knob="--truth-column",
         )
-    encoder = encoder or load_encoder(cfg.embed)
+    encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     clicks = derive_clicks(catalog, truth_column, seed=cfg.seed)
     cluster.run(cfg, catalog.select(S.LISTING_ID, S.TITLE), Path(out_dir) / "cluster", encoder)
     clusters = pl.read_parquet(Path(out_dir) / "cluster" / S.PRODUCTS_FILE)

@@ -21,9 +21,11 @@ Variants (``EmbedConfig.backend``), measured in benchmarks/RESULTS.md:
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
+import threading
 import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -140,9 +142,27 @@ def model_fingerprint(model_path: str) -> str:
     return f"{folder.name}-{weights}-v{EXPORT_VERSION}"
 
 
+_EXPORT_LOCK = threading.Lock()
+
+
 def ensure_onnx_model(model_path: str, export_root: Path, backend: str) -> Path:
-    """Path of the ``backend`` variant's ONNX file, exporting (once, ~10-20 s) when missing."""
+    """Path of the ``backend`` variant's ONNX file, exporting (once, ~10-20 s) when missing.
+
+    `torch.onnx.export` keeps global state, so two exports at once in one process fail
+    ("GLOBALS.in_onnx_export"): threads of one process, and processes sharing the folder, take
+    turns (a thread lock plus an flock on the export folder).
+    """
     folder = export_root / model_fingerprint(model_path)
+    final = folder / _FILES[backend]
+    if final.exists():
+        return final
+    folder.mkdir(parents=True, exist_ok=True)
+    with _EXPORT_LOCK, open(folder / ".export.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        return _export_chain(model_path, folder, backend)
+
+
+def _export_chain(model_path: str, folder: Path, backend: str) -> Path:
     plain = _publish(lambda tmp: _export_fp32(model_path, tmp), folder / _FILES["onnx"])
     if backend == "onnx":
         return plain

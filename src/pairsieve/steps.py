@@ -7,7 +7,6 @@ re-run skips a stage exactly when neither changed (`stage.run_stage`). The Prefe
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -15,8 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from pairsieve import schemas as S
-from pairsieve.config import EmbedConfig, PairsieveConfig
-from pairsieve.embed import Encoder, load_encoder
+from pairsieve.config import PairsieveConfig
+from pairsieve.embed import Encoder, shared_encoder
 from pairsieve.stage import StageResult, run_stage, stage_fingerprint
 
 # Config sections whose values change a stage's output (plus everything upstream of it).
@@ -44,10 +43,9 @@ def section_hash(cfg: PairsieveConfig, stage: str) -> str:
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
 
-@functools.lru_cache(maxsize=2)
-def shared_encoder(cfg: EmbedConfig) -> Encoder:
-    """Load the encoder once per process; cluster and mine both use it."""
-    return load_encoder(cfg)
+def _encoder(cfg: PairsieveConfig) -> Encoder:
+    """The process-wide encoder of ``cfg`` (loaded once; cluster, mine and audit share it)."""
+    return shared_encoder(cfg.embed, cfg.cache_dir)
 
 
 # Where each stage's main artifact lives in a build folder.
@@ -137,7 +135,7 @@ def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = No
         fingerprint += ":" + sha256_file(previous / "cluster" / S.PRODUCTS_FILE)
 
     def body(tmp: Path) -> StageResult:
-        result = cluster.run(cfg, listings, tmp, shared_encoder(cfg.embed))
+        result = cluster.run(cfg, listings, tmp, _encoder(cfg))
         return _with_lineage(result, tmp, previous)
 
     return run_stage("cluster", run_dir, section_hash(cfg, "cluster"), fingerprint, body)
@@ -157,7 +155,7 @@ def mine_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
 
     inputs = _artifacts(run_dir, "clicks", "listings", "products")
     return _run_downstream(
-        cfg, run_dir, "mine", lambda tmp: mine.run(cfg, *inputs, tmp, shared_encoder(cfg.embed))
+        cfg, run_dir, "mine", lambda tmp: mine.run(cfg, *inputs, tmp, _encoder(cfg))
     )
 
 
@@ -192,6 +190,6 @@ def audit_step(cfg: PairsieveConfig, dataset: Path, catalog: Path | None, out: P
         section_hash(cfg, "audit"),
         io.sha256_text("|".join(digests)),
         lambda tmp: audit.run(
-            cfg, Path(dataset), Path(catalog) if catalog else None, tmp, shared_encoder(cfg.embed)
+            cfg, Path(dataset), Path(catalog) if catalog else None, tmp, _encoder(cfg)
         ),
     )
