@@ -2,6 +2,7 @@
 
     python benchmarks/cluster.py --listings 1000000            # MinHash path (no embeddings)
     python benchmarks/cluster.py --listings 20000 --embedding  # + embedding path, cold and warm
+    python benchmarks/cluster.py --listings 100000 --stage-out DIR  # cluster.run only + sha256s
 
 The MinHash path is signatures + LSH + code blocks + verification + clustering
 (`cluster.use_embeddings = false`). The baseline is `datasketch.MinHash.update` in a Python
@@ -16,11 +17,12 @@ import json
 import resource
 import tempfile
 import time
+from pathlib import Path
 
 import polars as pl
 from datasketch import MinHash
 
-from pairsieve import cluster, evaluate, minhash
+from pairsieve import cluster, evaluate, io, minhash
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.synth import catalog_chunk
 
@@ -45,9 +47,17 @@ def main() -> None:
     parser.add_argument("--listings", type=int, default=1_000_000)
     parser.add_argument("--sample", type=int, default=20_000, help="datasketch loop sample")
     parser.add_argument("--embedding", action="store_true")
+    parser.add_argument(
+        "--stage-out",
+        type=Path,
+        help="only run the cluster stage into this folder; print timings and output sha256s",
+    )
     args = parser.parse_args()
     catalog = generated_catalog(args.listings, seed=0)
     cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False})
+    if args.stage_out:
+        stage_only(cfg, catalog.drop(cluster.S.TRUE_PRODUCT_ID), args.stage_out)
+        return
     truth = catalog.select(cluster.S.LISTING_ID, cluster.S.TRUE_PRODUCT_ID)
     started = time.perf_counter()
     result = cluster.cluster_listings(cfg, catalog.drop(cluster.S.TRUE_PRODUCT_ID))
@@ -75,6 +85,21 @@ def main() -> None:
     }
     if args.embedding:
         report.update(embedding_throughput(catalog.drop(cluster.S.TRUE_PRODUCT_ID)))
+    print(json.dumps(report, indent=2))
+
+
+def stage_only(cfg: PairsieveConfig, catalog: pl.DataFrame, out: Path) -> None:
+    """`cluster.run` alone (same results check: compare the printed sha256s across versions)."""
+    started = time.perf_counter()
+    result = cluster.run(cfg, catalog, out)
+    report = {
+        "listings": len(catalog),
+        "stage_s": round(time.perf_counter() - started, 1),
+        "stage_timings_s": result.timings,
+        "candidate_pairs": result.details["candidate_pairs"],
+        "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "sha256": {p.name: io.sha256_file(p) for p in sorted(out.glob("*.parquet"))},
+    }
     print(json.dumps(report, indent=2))
 
 

@@ -56,8 +56,13 @@ SIGNAL_ORDER = ("exact", "code", "minhash", "embedding")
 # --- nodes ---------------------------------------------------------------------------------------
 
 
-def prepare(listings: pl.DataFrame) -> pl.DataFrame:
+def prepare(
+    listings: pl.DataFrame, attributes: dict[str, text.Attributes] | None = None
+) -> pl.DataFrame:
     """Listings sorted by id with ``title_norm`` and a node index (one per distinct title).
+
+    ``attributes``, when given, is filled with `text.extract_attributes` of every distinct
+    ``title_norm``, so the caller need not extract them again.
 
     Raises:
         PairsieveError: ``missing_column`` when ``listing_id`` or ``title`` is absent.
@@ -76,7 +81,11 @@ def prepare(listings: pl.DataFrame) -> pl.DataFrame:
     frame = frame.select(S.LISTING_ID, S.TITLE, S.TITLE_NORM, brand.alias(S.BRAND))
     frame = frame.sort(S.LISTING_ID)
     distinct = frame.select(pl.col(S.TITLE_NORM).unique())
-    informative = [text.extract_attributes(t).informative for t in distinct[S.TITLE_NORM]]
+    attributes = {} if attributes is None else attributes
+    for title in distinct[S.TITLE_NORM].to_list():
+        if title not in attributes:
+            attributes[title] = text.extract_attributes(title)
+    informative = [attributes[t].informative for t in distinct[S.TITLE_NORM].to_list()]
     distinct = distinct.with_columns(pl.Series(_INFO, informative, dtype=pl.Boolean))
     frame = frame.join(distinct, on=S.TITLE_NORM, how="left")
     # Low-information titles key on their own listing id: identical text is no evidence.
@@ -156,21 +165,28 @@ def knn_pairs(cfg: PairsieveConfig, vectors: np.ndarray) -> np.ndarray:
 
 
 def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
-    """One row per distinct node pair (a < b) with the signals that proposed it ("code+minhash")."""
-    parts = [
-        pl.DataFrame({"a": p[:, 0], "b": p[:, 1], S.SIGNAL: name}, schema_overrides={"a": pl.Int64})
-        for name, p in found.items()
-        if len(p)
-    ]
+    """One row per distinct node pair (a < b) with the signals that proposed it ("code+minhash"),
+    sorted by (a, b); signals are named in `SIGNAL_ORDER`."""
+    parts = [(name, p) for name, p in found.items() if len(p)]
     if not parts:
         return pl.DataFrame(schema={"a": pl.Int64, "b": pl.Int64, S.SIGNAL: pl.String})
     rank = {name: i for i, name in enumerate(SIGNAL_ORDER)}
-    return (
-        pl.concat(parts)
-        .with_columns(pl.col(S.SIGNAL).replace_strict(rank, return_dtype=pl.Int8).alias("_rank"))
-        .sort("a", "b", "_rank")
-        .group_by("a", "b", maintain_order=True)
-        .agg(pl.col(S.SIGNAL).str.join("+"))
+    codes = np.concatenate([(p[:, 0].astype(np.int64) << 32) | p[:, 1] for _, p in parts])
+    bits = np.concatenate([np.full(len(p), 1 << rank[name], dtype=np.int64) for name, p in parts])
+    order = np.argsort(codes, kind="stable")
+    codes, bits = codes[order], bits[order]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    masks, which = np.unique(np.bitwise_or.reduceat(bits, starts), return_inverse=True)
+    names = [
+        "+".join(name for name in SIGNAL_ORDER if int(mask) & (1 << rank[name])) for mask in masks
+    ]
+    codes = codes[starts]
+    return pl.DataFrame(
+        {
+            "a": codes >> 32,
+            "b": codes & 0xFFFFFFFF,
+            S.SIGNAL: pl.Series(names, dtype=pl.String).gather(which.ravel()),
+        }
     )
 
 
@@ -255,7 +271,11 @@ class _AttributeColumns:
             return shared, conflicting
         ia, ib = a[both], b[both]
         keys = self.code_ids[ia] * (int(self.code_ids.max()) + 1) + self.code_ids[ib]
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        order = np.argsort(keys)
+        head = np.r_[True, keys[order][1:] != keys[order][:-1]]
+        first = order[head]
+        inverse = np.empty(len(keys), dtype=np.int64)
+        inverse[order] = np.cumsum(head) - 1
         results = [
             text.compare_codes(self.attrs[x], self.attrs[y])
             for x, y in zip(ia[first].tolist(), ib[first].tolist(), strict=True)
@@ -399,22 +419,52 @@ def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float)
     input order.
     """
     n = len(counts)
-    size = counts.astype(np.float64).copy()
+    # Python floats and lists, not numpy scalars, in the merge loop: the same IEEE doubles,
+    # several times faster to index one at a time.
+    size: list[float] = counts.astype(np.float64).tolist()
     links: list[dict[int, list[float]]] = [{} for _ in range(n)]  # other -> [weight, vetoed]
-    for x, y, s, ok, veto in _relevant_pairs(n, scored).iter_rows():
-        weight = s * counts[x] * counts[y] if ok else 0.0
-        for p, q in ((x, y), (y, x)):
-            cell = links[p].setdefault(q, [0.0, 0.0])
-            cell[0] += weight
-            cell[1] = max(cell[1], float(veto))
-    heap = [
-        (-w / (size[x] * size[y]), x, y)
-        for x in range(n)
-        for y, (w, v) in links[x].items()
-        if x < y and not v and w / (size[x] * size[y]) >= link_threshold
-    ]
+    relevant, component = _relevant_pairs(n, scored)
+    xs = relevant["a"].to_numpy().astype(np.int64)
+    ys = relevant["b"].to_numpy().astype(np.int64)
+    ok = relevant[S.ACCEPTED].to_numpy()
+    vetoed = relevant[S.VETO_REASON].to_numpy().astype(np.float64)
+    weights = np.where(ok, relevant["score"].to_numpy() * counts[xs] * counts[ys], 0.0)
+    lo, hi = np.minimum(xs, ys), np.maximum(xs, ys)
+    keys = np.sort((lo << 32) | hi)
+    repeated = bool(np.any(keys[1:] == keys[:-1]))
+    parent = list(range(n))
+    if not repeated:
+        # One cell per pair, so the initial linkages are computed column-wise. A component of
+        # two nodes holds exactly one (accepted) pair and nothing else can touch it: it merges
+        # iff that linkage reaches the threshold, as in the loop, so it skips the loop.
+        size0 = counts.astype(np.float64)
+        linkage = weights / (size0[xs] * size0[ys])
+        start = (vetoed == 0) & (linkage >= link_threshold)
+        two = np.bincount(component, minlength=n)[component[xs]] == 2
+        labels = np.arange(n)
+        labels[hi[two & start]] = lo[two & start]
+        parent = labels.tolist()
+        rest = ~two
+        xs, ys, weights, vetoed = xs[rest], ys[rest], weights[rest], vetoed[rest]
+        linkage, start, lo, hi = linkage[rest], start[rest], lo[rest], hi[rest]
+        heap = list(
+            zip((-linkage[start]).tolist(), lo[start].tolist(), hi[start].tolist(), strict=True)
+        )
+    if repeated:
+        _fill_links(links, xs, ys, weights, vetoed)
+    else:
+        _fill_distinct_links(links, xs, ys, weights, vetoed)
+    if repeated:
+        heap = [
+            (-w / (size[x] * size[y]), x, y)
+            for x in range(n)
+            for y, (w, v) in links[x].items()
+            if x < y and not v and w / (size[x] * size[y]) >= link_threshold
+        ]
     heapq.heapify(heap)
-    parent = np.arange(n)
+    # The unvetoed cells of `links` (the same list objects): only these can ever be pushed, so
+    # the loop after a merge skips the vetoed neighbours of a large cluster.
+    live = [{z: cell for z, cell in cells.items() if not cell[1]} for cells in links]
     while heap:
         neg, x, y = heapq.heappop(heap)
         if parent[x] != x or parent[y] != y or y not in links[x]:
@@ -422,18 +472,64 @@ def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float)
         w, v = links[x][y]
         if v or abs(w / (size[x] * size[y]) + neg) > 1e-12:
             continue  # stale entry: linkage changed since it was pushed
-        _merge(x, y, links, size, parent)
-        for z, (wz, vz) in links[x].items():
-            linkage = wz / (size[x] * size[z])
-            if not vz and linkage >= link_threshold:
-                heapq.heappush(heap, (-linkage, min(x, z), max(x, z)))
-    return _resolve(parent)
+        _merge(x, y, links, live, size, parent)
+        size_x = size[x]
+        for z, (wz, _) in live[x].items():
+            linkage_z = wz / (size_x * size[z])
+            if linkage_z >= link_threshold:
+                heapq.heappush(heap, (-linkage_z, min(x, z), max(x, z)))
+    return _resolve(np.asarray(parent, dtype=np.int64))
 
 
-def _relevant_pairs(n: int, scored: pl.DataFrame) -> pl.DataFrame:
+def _fill_links(
+    links: list[dict[int, list[float]]],
+    xs: np.ndarray,
+    ys: np.ndarray,
+    weights: np.ndarray,
+    vetoed: np.ndarray,
+) -> None:
+    """Add each pair's [weight, vetoed] cell in both directions, summing weights and OR-ing
+    vetoes of a repeated pair."""
+    for x, y, w, v in zip(xs.tolist(), ys.tolist(), weights.tolist(), vetoed.tolist(), strict=True):
+        cell = links[x].get(y)
+        if cell is None:  # 0.0 + w == w: the same cell as accumulating from zero
+            links[x][y] = [w, v]
+            links[y][x] = [w, v]
+            continue
+        for p, q in ((x, y), (y, x)):
+            cell = links[p][q]
+            cell[0] += w
+            cell[1] = max(cell[1], v)
+
+
+def _fill_distinct_links(
+    links: list[dict[int, list[float]]],
+    xs: np.ndarray,
+    ys: np.ndarray,
+    weights: np.ndarray,
+    vetoed: np.ndarray,
+) -> None:
+    """`_fill_links` for distinct pairs, one node's dict at a time. Both directions of a pair
+    share one cell: equivalent, as `_merge` keeps the two directions equal (and repoints the
+    reverse direction at the merged cell anyway)."""
+    if not len(xs):
+        return
+    cells = [[w, v] for w, v in zip(weights.tolist(), vetoed.tolist(), strict=True)]
+    src = np.stack([xs, ys], axis=1).ravel()
+    dst = np.stack([ys, xs], axis=1).ravel()
+    order = np.argsort(src, kind="stable")  # per node, neighbours in pair order
+    src, dst = src[order], dst[order].tolist()
+    ordered_cells = [cells[i] for i in (order // 2).tolist()]
+    bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1], True]).tolist()
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        links[int(src[start])] = dict(zip(dst[start:end], ordered_cells[start:end], strict=True))
+
+
+def _relevant_pairs(n: int, scored: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     """Accepted pairs, and vetoed pairs inside one component of the accepted graph: a rejected
     pair adds nothing to a linkage and a veto across components can never be tested, so the
-    rest (most candidates) is dropped before the Python merge loop."""
+    rest (most candidates) is dropped before the Python merge loop. Also returns the (n,)
+    component label of every node in the accepted graph."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -445,16 +541,23 @@ def _relevant_pairs(n: int, scored: pl.DataFrame) -> pl.DataFrame:
     )
     component = connected_components(graph, directed=False)[1]
     same = component[pairs["a"].to_numpy()] == component[pairs["b"].to_numpy()]
-    return pairs.filter(pl.col(S.ACCEPTED) | (pl.col(S.VETO_REASON) & pl.Series(same)))
+    return pairs.filter(pl.col(S.ACCEPTED) | (pl.col(S.VETO_REASON) & pl.Series(same))), component
 
 
 def _merge(
-    x: int, y: int, links: list[dict[int, list[float]]], size: np.ndarray, parent: np.ndarray
+    x: int,
+    y: int,
+    links: list[dict[int, list[float]]],
+    live: list[dict[int, list[float]]],
+    size: list[float],
+    parent: list[int],
 ) -> None:
-    """Fold cluster y into x (x < y): sum cross weights, OR vetoes, repoint neighbours."""
+    """Fold cluster y into x (x < y): sum cross weights, OR vetoes, repoint neighbours;
+    ``live`` keeps the unvetoed cells of ``links``."""
     parent[y] = x
     size[x] += size[y]
     links[x].pop(y, None)
+    live[x].pop(y, None)
     for z, (w, v) in links[y].items():
         if z == x:
             continue
@@ -464,7 +567,15 @@ def _merge(
         other = links[z]
         other.pop(y, None)
         other[x] = cell
+        live[z].pop(y, None)
+        if cell[1]:
+            live[x].pop(z, None)
+            live[z].pop(x, None)
+        else:
+            live[x][z] = cell
+            live[z][x] = cell
     links[y] = {}
+    live[y] = {}
 
 
 def _resolve(parent: np.ndarray) -> np.ndarray:
@@ -534,7 +645,7 @@ def _embed(
 ) -> tuple[np.ndarray, dict]:
     from pairsieve.embed import EmbeddingCache, embed_texts, load_encoder
 
-    encoder = encoder or load_encoder(cfg.embed)
+    encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     vectors, stats = embed_texts(titles, encoder, EmbeddingCache(cfg.cache_dir, encoder.model_key))
     return vectors, {"embedded": stats.encoded, "embedding_cache_hits": stats.cache_hits}
 
@@ -547,9 +658,11 @@ def cluster_listings(
     c = cfg.cluster
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    frame = prepare(listings)
+    by_title: dict[str, text.Attributes] = {}
+    frame = prepare(listings, by_title)
     nodes = node_table(frame)
-    attrs = [text.extract_attributes(t) for t in nodes[S.TITLE_NORM].to_list()]
+    attrs = [by_title[t] for t in nodes[S.TITLE_NORM].to_list()]
+    del by_title
     common = common_codes(attrs, c.max_bucket)
     attrs = [a.without_codes(common) for a in attrs]
     timings["attributes_s"] = time.perf_counter() - started

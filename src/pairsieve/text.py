@@ -248,7 +248,7 @@ def _is_code(tok: str) -> bool:
     """A model code: >= 4 chars with letters and >= 2 digits, or an integer of >= 4 digits."""
     if tok.isdigit():
         return len(tok) >= 4
-    digits = sum(ch.isdigit() for ch in tok)
+    digits = sum(map(str.isdigit, tok))
     return len(tok) >= 4 and digits >= 2 and _ALNUM.match(tok) is not None
 
 
@@ -275,7 +275,7 @@ def _joined_codes(toks: list[str]) -> set[str]:
     """Codes split by a space: "gnp 2713" -> "gnp2713", "55 uk6500" -> "55uk6500"."""
     out = set()
     for left, right in zip(toks, toks[1:], strict=False):
-        if not any(ch.isdigit() for ch in right) or _QUANTITY.match(right):
+        if not any(map(str.isdigit, right)) or _QUANTITY.match(right):
             continue
         if (left.isalpha() and len(left) <= 4) or (
             left.isdigit() and len(left) == 2 and right[0].isalpha()
@@ -363,9 +363,9 @@ def code_keys(code: str) -> set[str]:
     Stretches shared by many titles form oversized blocks, which the caller skips."""
     keys = {code}
     keys.update(
-        code[i : i + 6] for i in range(len(code) - 5) if any(ch.isdigit() for ch in code[i : i + 6])
+        code[i : i + 6] for i in range(len(code) - 5) if any(map(str.isdigit, code[i : i + 6]))
     )
-    if any(ch.isdigit() for ch in code):
+    if any(map(str.isdigit, code)):
         core = code_core(code)
         if len(core) >= 4:
             keys.add(core)
@@ -407,7 +407,7 @@ def _near_miss(codes_a: frozenset[str], codes_b: frozenset[str]) -> bool:
         for y in codes_b:
             if x in y or y in x:
                 continue
-            if any(any(c.isdigit() for c in g) for g in _grams(x) & _grams(y)):
+            if any(any(map(str.isdigit, g)) for g in _grams(x) & _grams(y)):
                 return True
     return False
 

@@ -1,0 +1,95 @@
+"""End-to-end build of PriceRunner with its derived click log, per embedding backend (issue 8).
+
+For each backend: a cold build (empty cache) timed stage by stage, its clustering scored against
+the ground truth, then a warm rebuild into a fresh folder with the same cache, which must embed
+nothing. The stages run in process, as the flow's tasks do, so timings exclude Prefect start-up.
+
+    .venv/bin/python benchmarks/build.py [--backends torch onnx-int8] [--data-root ../shared/data]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+
+from pairsieve import steps
+from pairsieve.config import load_config
+from pairsieve.datasets import clicklog, pricerunner
+from pairsieve.embed import embed_partition
+from pairsieve.evaluate import score
+from pairsieve.schemas import TRUE_PRODUCT_ID
+
+
+def build(cfg, data: Path, run_dir: Path) -> dict:
+    """Run every stage; return seconds per stage and texts embedded."""
+    timings, started = {}, time.perf_counter()
+    steps.ingest_step(cfg, [str(data / "clicks.parquet")], [str(data / "catalog.parquet")], run_dir)
+    timings["ingest"] = time.perf_counter() - started
+    mark = time.perf_counter()
+    partitions = steps.embedding_partitions(cfg, run_dir)
+    for texts in partitions:
+        embed_partition(texts, cfg)
+    timings["embed"] = time.perf_counter() - mark
+    for name, step in (
+        ("cluster", steps.cluster_step),
+        ("mine", steps.mine_step),
+        ("shards", steps.shards_step),
+        ("report", steps.report_step),
+    ):
+        mark = time.perf_counter()
+        step(cfg, run_dir)
+        timings[name] = time.perf_counter() - mark
+    timings["total"] = time.perf_counter() - started
+    return {
+        "seconds": {k: round(v, 1) for k, v in timings.items()},
+        "embedded": sum(len(p) for p in partitions),
+    }
+
+
+def quality(run_dir: Path) -> dict:
+    products = pl.read_parquet(run_dir / "cluster" / "products.parquet")
+    truth = pl.read_parquet(
+        run_dir / "ingest" / "listings.parquet", columns=["listing_id", TRUE_PRODUCT_ID]
+    )
+    joined = products.join(truth, on="listing_id")
+    result = score(joined["product_id"], joined[TRUE_PRODUCT_ID])
+    return {"pairwise_f1": round(result.pairwise_f1, 4), "bcubed_f1": round(result.bcubed_f1, 4)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", default=["torch", "onnx-int8"])
+    parser.add_argument(
+        "--data-root", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data"
+    )
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="pairsieve-build-bench-"))
+    catalog = pricerunner.load_catalog(args.data_root)
+    data = work / "data"
+    data.mkdir()
+    catalog.write_parquet(data / "catalog.parquet")
+    clicklog.derive_clicks(catalog, seed=13).write_parquet(data / "clicks.parquet")
+    results = {}
+    for backend in args.backends:
+        cfg = load_config(
+            None,
+            {
+                "embed.backend": backend,
+                "cache_dir": str(work / f"cache-{backend}"),
+                "ingest.truth_column": TRUE_PRODUCT_ID,
+            },
+        )
+        cold = build(cfg, data, work / f"{backend}-cold")
+        warm = build(cfg, data, work / f"{backend}-warm")
+        results[backend] = {"cold": cold, "warm": warm, **quality(work / f"{backend}-cold")}
+        print(backend, json.dumps(results[backend]), flush=True)
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
