@@ -46,6 +46,12 @@ SetOpt = Annotated[
     typer.Option("--set", help="Override a knob, e.g. --set mine.num_negatives=8 (repeatable)."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
+ClicksOpt = Annotated[
+    list[str], typer.Option("--clicks", help="Click log: file, glob, folder or URL (repeatable).")
+]
+CatalogOpt = Annotated[
+    list[str], typer.Option("--catalog", help="Listing catalog: file, glob, folder or URL.")
+]
 
 
 class _HidePairsieveErrors(logging.Filter):
@@ -153,12 +159,8 @@ def run_build(
 @app.command("build")
 @handle_errors
 def build_cmd(
-    clicks: Annotated[
-        list[str], typer.Option("--clicks", help="Click log: file, glob, folder or URL.")
-    ],
-    catalog: Annotated[
-        list[str], typer.Option("--catalog", help="Listing catalog: file, glob, folder or URL.")
-    ],
+    clicks: ClicksOpt,
+    catalog: CatalogOpt,
     out: OutOpt,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
@@ -241,12 +243,8 @@ def serve_cmd(
 @app.command("ingest")
 @handle_errors
 def ingest_command(
-    clicks: Annotated[
-        list[str], typer.Option("--clicks", help="Click log: file, glob, folder or URL.")
-    ],
-    catalog: Annotated[
-        list[str], typer.Option("--catalog", help="Catalog: file, glob, folder or URL.")
-    ],
+    clicks: ClicksOpt,
+    catalog: CatalogOpt,
     out: OutOpt,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
