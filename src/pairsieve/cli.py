@@ -46,10 +46,10 @@ SetOpt = Annotated[
     typer.Option("--set", help="Override a knob, e.g. --set mine.num_negatives=8 (repeatable)."),
 ]
 OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
-ClicksOpt = Annotated[
+ClicksInputsOpt = Annotated[
     list[str], typer.Option("--clicks", help="Click log: file, glob, folder or URL (repeatable).")
 ]
-CatalogOpt = Annotated[
+CatalogInputsOpt = Annotated[
     list[str], typer.Option("--catalog", help="Listing catalog: file, glob, folder or URL.")
 ]
 
@@ -159,8 +159,8 @@ def run_build(
 @app.command("build")
 @handle_errors
 def build_cmd(
-    clicks: ClicksOpt,
-    catalog: CatalogOpt,
+    clicks: ClicksInputsOpt,
+    catalog: CatalogInputsOpt,
     out: OutOpt,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
@@ -243,8 +243,8 @@ def serve_cmd(
 @app.command("ingest")
 @handle_errors
 def ingest_command(
-    clicks: ClicksOpt,
-    catalog: CatalogOpt,
+    clicks: ClicksInputsOpt,
+    catalog: CatalogInputsOpt,
     out: OutOpt,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
