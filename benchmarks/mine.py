@@ -4,7 +4,7 @@ Embedding 300k texts with MiniLM at ~190 texts/s takes ~26 min of both shared co
 full-size run uses seeded random unit vectors (queries = their first clicked listing's vector plus
 noise, so positives score like real ones); embedding time is *extrapolated* from the titles/s
 measured here on a sample of the same synthetic titles (cache bypassed). Search and filtering run
-at full size on the real code paths (`mine.search_candidates`, `mine.filter_candidates`).
+at full size on the real code paths (`mine.build_retrieval`, `mine.mine_pairs`).
 IVF recall@k against exact search is measured on real PriceRunner embeddings (cached titles and
 derived-log queries), because random vectors have no cluster structure and would understate it.
 
@@ -83,21 +83,18 @@ def full_size(cfg: PairsieveConfig, n_listings: int, n_queries: int, folder: Pat
     generate_s = time.perf_counter() - started
     embedded = random_embedded(catalog, clicks, cfg.seed)
     cpu = time.process_time()
-    scores, ids, info = mine.search_candidates(
-        embedded.query_vectors, embedded.listing_vectors, cfg
-    )
-    search_cpu_s = time.process_time() - cpu
-    cpu = time.process_time()
     started = time.perf_counter()
+    retrieval = mine.build_retrieval(embedded, cfg)
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
-    candidates = mine.candidate_table(embedded.queries, embedded.listing_ids, scores, ids)
     positives = mine.positive_table(pairs, embedded)
     products = catalog.select(S.LISTING_ID, pl.col(S.TRUE_PRODUCT_ID).alias(S.PRODUCT_ID))
     info_frame = mine.listing_products(catalog, products)
-    kept, dropped = mine.filter_candidates(candidates, positives, info_frame, cfg.mine, cfg.seed)
-    filter_s = time.perf_counter() - started
-    filter_cpu_s = time.process_time() - cpu
-    summary = mine.summarise(candidates, positives, kept, dropped, cfg.mine)
+    mined = mine.mine_pairs(retrieval, positives, info_frame, cfg.mine, cfg.seed)
+    info = retrieval.info
+    filter_s = time.perf_counter() - started - info["search_s"] - info["index_s"]
+    mine_cpu_s = time.process_time() - cpu
+    kept = mined.kept
+    summary = mine.summarise(mined.candidates, positives, kept, mined.dropped, cfg.mine)
     rate = embedding_rate(catalog[S.TITLE].to_list(), cfg)
     texts = len(embedded.queries) + len(embedded.listing_ids)
     return {
@@ -109,12 +106,11 @@ def full_size(cfg: PairsieveConfig, n_listings: int, n_queries: int, folder: Pat
         "dropped_by_reason": summary["dropped_by_reason"],
         "generate_s": round(generate_s, 1),
         "index": info["index"],
-        "index_build_s": info["index_s"],
-        "search_s": info["search_s"],
-        "search_queries_per_s": round(len(embedded.queries) / info["search_s"], 1),
-        "search_cpu_s": round(search_cpu_s, 1),
+        "index_build_s": round(info["index_s"], 1),
+        "search_s": round(info["search_s"], 1),
+        "retrieval_rounds": mined.rounds,
         "filter_s": round(filter_s, 1),
-        "filter_cpu_s": round(filter_cpu_s, 1),
+        "mine_cpu_s": round(mine_cpu_s, 1),
         "filter_candidates_per_s": round(summary["considered"] / filter_s),
         "embedding_measured": rate,
         "embedding_extrapolated_s": round(texts / rate["texts_per_s"], 1),
@@ -130,21 +126,22 @@ def ivf_recall(cfg: PairsieveConfig, data_root: Path) -> dict:
     encoder = load_encoder(cfg.embed)
     cache = EmbeddingCache(cfg.cache_dir, encoder.model_key)
     embedded = mine.embed_inputs(clicks[S.QUERY].unique().to_list(), catalog, encoder, cache)
-    k = cfg.mine.range_max
-    _, exact, exact_info = mine.search_candidates(
-        embedded.query_vectors, embedded.listing_vectors, cfg
-    )
-    ivf_cfg = cfg.with_(**{"knn.exact_max": 1000})
-    _, approx, ivf_info = mine.search_candidates(
-        embedded.query_vectors, embedded.listing_vectors, ivf_cfg
-    )
+    k = cfg.mine.search_depth
+    rows = np.arange(len(embedded.queries))
+    exact_retrieval = mine.build_retrieval(embedded, cfg)
+    exact = exact_retrieval.candidates(rows, k).partition_by(S.QUERY, maintain_order=True)
+    ivf_retrieval = mine.build_retrieval(embedded, cfg.with_(**{"knn.exact_max": 1000}))
+    approx = ivf_retrieval.candidates(rows, k).partition_by(S.QUERY, maintain_order=True)
+    exact = [part[S.NEGATIVE_LISTING_ID].to_list() for part in exact]
+    approx = [part[S.NEGATIVE_LISTING_ID].to_list() for part in approx]
+    exact_info, ivf_info = exact_retrieval.info, ivf_retrieval.info
     hits = sum(len(set(a) & set(e)) for a, e in zip(approx, exact, strict=True))
     return {
         "listings": len(embedded.listing_ids),
         "queries": len(embedded.queries),
         "k": k,
         "nprobe": cfg.knn.nprobe,
-        "recall_at_k": round(hits / exact.size, 4),
+        "recall_at_k": round(hits / sum(map(len, exact)), 4),
         "exact": exact_info,
         "ivf": ivf_info,
         "embedding_cache_hits": embedded.stats,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import faiss
 import numpy as np
+import pytest
 
 from pairsieve.config import KnnConfig
-from pairsieve.knn import build_index, search
+from pairsieve.knn import build_index, scan_below, search
 
 
 def unit_vectors(n: int, dim: int = 32, seed: int = 0) -> np.ndarray:
@@ -62,3 +63,31 @@ def test_ivf_build_is_deterministic_for_a_seed():
     first = search(build_index(vectors, cfg, seed=7), vectors[:50], k=5)
     second = search(build_index(vectors, cfg, seed=7), vectors[:50], k=5)
     np.testing.assert_array_equal(first[1], second[1])
+
+
+def brute_force_below(vectors, query, ceiling, head, depth):
+    """(id, rank) pairs scan_below must return for one query, from a full sort."""
+    scores = vectors @ query
+    order = np.lexsort((np.arange(len(scores)), -scores))
+    above = int((scores > ceiling).sum())
+    picked = {int(i): r + 1 for r, i in enumerate(order[:head])}
+    below = [i for i in order if scores[i] <= ceiling][:depth]
+    picked.update({int(i): above + r + 1 for r, i in enumerate(below)})
+    return sorted(picked.items()), above
+
+
+@pytest.mark.parametrize("head, depth", [(0, 5), (3, 4), (4, 40), (50, 50)])
+def test_scan_below_matches_a_full_sort_with_ties(head, depth):
+    vectors = unit_vectors(30, 8, seed=5)
+    vectors[10:16] = vectors[3]  # exact ties, as identical titles give
+    queries = unit_vectors(7, 8, seed=6)
+    queries[0] = vectors[3]
+    ceilings = np.array([0.99, 0.5, 0.0, -0.2, 2.0, -2.0, 0.3], np.float32)
+    rows, ids, scores, ranks, above = scan_below(
+        vectors, queries, ceilings, head, depth, chunk_cells=64
+    )
+    for q in range(len(queries)):
+        got = sorted(zip(ids[rows == q].tolist(), ranks[rows == q].tolist(), strict=True))
+        expected, expected_above = brute_force_below(vectors, queries[q], ceilings[q], head, depth)
+        assert got == expected and above[q] == expected_above
+        assert np.allclose(scores[rows == q], vectors[ids[rows == q]] @ queries[q], atol=1e-5)

@@ -85,14 +85,13 @@ def test_absolute_margin_drops_scores_above_positive_minus_m():
     assert kept_ids(kept) == ["edge", "far"]
 
 
-def test_relative_margin_0_05_keeps_95_percent_of_positive_and_is_off_by_default():
+def test_relative_margin_0_05_keeps_95_percent_of_positive_and_is_the_default():
     scores = {"q": {"inside": 0.86, "outside": 0.85}}
     kept, dropped = mine_with(scores, {("q", "p"): 0.9}, relative_margin=0.05)  # limit 0.855
     assert reasons(dropped) == {"inside": "margin"}
     assert kept_ids(kept) == ["outside"]
-    assert MineConfig().relative_margin is None
     kept, _ = mine.filter_candidates(*frames(scores, {("q", "p"): 0.9}), MineConfig(), 13)
-    assert kept_ids(kept) == ["inside", "outside"]
+    assert kept_ids(kept) == ["outside"]
 
 
 def test_relative_margin_with_a_negative_positive_score_still_lowers_the_limit():
@@ -251,6 +250,55 @@ def test_candidate_table_skips_missing_neighbours():
         ("q1", "a", pytest.approx(0.5)),
         ("q2", "a", pytest.approx(0.7)),
     ]
+
+
+def deepening_case(**knobs):
+    """q1's positive "p" scores 0.6 and four listings beat it (all inside the margin); q2's
+    positive "m" is its top hit and everything else scores 0 for it."""
+    q1_scores = {"h1": 0.9, "h2": 0.85, "h3": 0.8, "h4": 0.75, "p": 0.6,
+                 "n1": 0.5, "n2": 0.45, "n3": 0.4, "n4": 0.35}  # fmt: skip
+    ids = [*q1_scores, "m"]
+    vectors = [[s, np.sqrt(1 - s * s), 0.0] for s in q1_scores.values()]
+    vectors.append([0.0, np.sqrt(1 - 0.95**2), 0.95])
+    embedded = mine.Embedded(
+        ["q1", "q2"], ids, np.eye(3, dtype=np.float32)[[0, 2]], np.array(vectors, np.float32)
+    )
+    cfg = PairsieveConfig().with_(
+        **{"mine.search_depth": 3, "mine.range_max": 10, "mine.num_negatives": 2, **knobs}
+    )
+    positives = frames({}, {("q1", "p"): 0.6, ("q2", "m"): 0.95})[1]
+    return mine.build_retrieval(embedded, cfg), positives, cfg
+
+
+def test_queries_left_short_by_the_margin_are_mined_again_below_the_margin_alone():
+    retrieval, positives, cfg = deepening_case()
+    mined = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
+    assert mined.rounds == [
+        {"depth": 3, "queries": 2, "short": 1},
+        {"depth": 12, "queries": 1, "short": 0},
+    ]
+    q1 = mined.candidates.filter(pl.col(S.QUERY) == "q1").sort(S.RANK)
+    # the head (h1-h3) is listed; h4 and p, above the limit 0.57, are stepped over and counted
+    assert q1[S.NEGATIVE_LISTING_ID].to_list() == ["h1", "h2", "h3", "n1", "n2", "n3", "n4", "m"]
+    assert q1[S.RANK].to_list() == [1, 2, 3, 6, 7, 8, 9, 10]
+    assert mined.skipped_above_ceiling == 2
+    assert kept_ids(mined.kept, "q1") == ["n1", "n2"]
+    assert reasons(mined.dropped, "q1")["h3"] == "margin"
+    assert len(kept_ids(mined.kept, "q2")) == 2
+    alone = mine.mine_pairs(
+        retrieval, positives.filter(pl.col(S.QUERY) == "q1"), frames({}, {})[2], cfg.mine, 13
+    )
+    assert alone.kept.equals(mined.kept.filter(pl.col(S.QUERY) == "q1"))
+
+
+def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
+    retrieval, positives, cfg = deepening_case(**{"mine.range_max": 3})
+    mined = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
+    assert mined.rounds == [{"depth": 3, "queries": 2, "short": 1}]
+    assert kept_ids(mined.kept, "q1") == []
+    summary = mine.summarise(mined.candidates, positives, mined.kept, mined.dropped, cfg.mine)
+    assert summary["pairs_without_negatives"] == 1 and mined.skipped_above_ceiling == 0
+    assert summary["considered"] == 6 == mined.kept.height + mined.dropped.height
 
 
 # --- the stage with the real model ---------------------------------------------------------------

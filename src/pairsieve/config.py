@@ -192,19 +192,31 @@ class MineConfig(_Section):
     """Hard-negative mining (names follow sentence-transformers' `mine_hard_negatives`)."""
 
     range_min: int = Field(0, ge=0, description="Skip this many top survivors.")
-    range_max: int = Field(50, ge=1, le=2000, description="Candidates retrieved per query.")
+    range_max: int = Field(
+        10_000,
+        ge=1,
+        le=1_000_000,
+        description="Deepest rank (in the query's full ranking) a negative may have. Only "
+        "queries left short of `num_negatives` by the first `search_depth` look that deep.",
+    )
+    search_depth: int = Field(
+        50,
+        ge=1,
+        description="Listings retrieved per query in the first round. A query with a pair short "
+        "of `num_negatives` is mined again from these plus its best listings at or below the "
+        "margin (4x more each round, up to rank `range_max`): a weakly matched positive puts "
+        "hundreds of listings inside the margin, and its negatives lie below them.",
+    )
     num_negatives: int = Field(5, ge=1, le=200, description="Negatives kept per pair.")
     absolute_margin: float | None = Field(
         None, ge=0, description="Drop candidates scoring above positive - margin."
     )
     relative_margin: float | None = Field(
-        None,
+        0.05,
         ge=0,
         le=1,
         description="Drop candidates scoring above positive - |positive| * margin; 0.05 is "
-        "NV-Retriever's TopK-PercPos 95% (arXiv 2407.15831). Off by default: measured on "
-        "PriceRunner's derived log it keeps 24% of negatives (product exclusion plus the "
-        "duplicate guard keep 99.9% at a 0.38% false-negative rate; benchmarks/RESULTS.md).",
+        "NV-Retriever's TopK-PercPos 95% (arXiv 2407.15831). None disables.",
     )
     max_score: float | None = Field(None, description="Drop candidates scoring above this.")
     min_score: float | None = Field(None, description="Drop candidates scoring below this.")

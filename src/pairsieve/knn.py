@@ -46,3 +46,66 @@ def search(
     scores, ids = index.search(queries, k)
     order = np.lexsort((ids, -scores), axis=1)
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def _top_sorted(scores: np.ndarray, k: int) -> np.ndarray:
+    """Column ids of each row's ``k`` best scores, ordered by (score desc, id asc); ties at the
+    cut go to the smaller ids, so the result is the prefix of a full sort."""
+    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1 : k]  # (c, 1)
+    greater = scores > kth
+    equal = scores == kth
+    room = k - greater.sum(axis=1, keepdims=True)
+    chosen = greater | (equal & (np.cumsum(equal, axis=1) <= room))
+    ids = np.nonzero(chosen)[1].reshape(len(scores), k)  # ascending ids per row
+    picked = np.take_along_axis(scores, ids, 1)
+    return np.take_along_axis(ids, np.lexsort((ids, -picked), axis=1), 1)
+
+
+def scan_below(
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    ceilings: np.ndarray,
+    head: int,
+    depth: int,
+    chunk_cells: int = 1 << 25,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Exact scan: per query its top ``head`` vectors, and its top ``depth`` among those scoring
+    at or below its ceiling, each with its rank in the full ranking (score desc, id asc).
+
+    Listings above the ceiling beyond the head are stepped over, not returned: a query whose
+    weakly matched positive puts thousands of listings above its margin gets its candidates from
+    below the margin without materialising the thousands. Works in chunks of about
+    ``chunk_cells`` scores (128 MB).
+
+    Returns:
+        (query_row, id, score, rank) as flat arrays, and ``above`` (m,): listings per query
+        scoring above its ceiling.
+    """
+    n = len(vectors)
+    head, depth = min(head, n), min(depth, n)
+    step = max(1, chunk_cells // max(n, 1))
+    parts, above_all = [], []
+    for start in range(0, len(queries), step):
+        scores = np.ascontiguousarray(queries[start : start + step], np.float32) @ vectors.T
+        over = scores > ceilings[start : start + step, None]
+        above = over.sum(axis=1)
+        top = _top_sorted(scores, head) if head else np.empty((len(scores), 0), np.int64)
+        below = _top_sorted(np.where(over, -np.inf, scores), depth)
+        below_rank = above[:, None] + np.arange(1, depth + 1)
+        rows = np.arange(start, start + len(scores))[:, None]
+        # a below-ceiling listing ranked within the head is already there
+        keep_below = ~np.take_along_axis(over, below, 1) & (below_rank > head)
+        ids = np.concatenate([top, below], axis=1)
+        ranks = np.concatenate([np.broadcast_to(np.arange(1, head + 1), top.shape), below_rank], 1)
+        mask = np.concatenate([np.ones(top.shape, bool), keep_below], axis=1)
+        got = np.take_along_axis(scores, ids, 1)
+        parts.append(
+            (np.broadcast_to(rows, ids.shape)[mask], ids[mask], got[mask], ranks[mask])
+        )
+        above_all.append(above)
+    if not parts:
+        empty = np.empty(0, np.int64)
+        return empty, empty, np.empty(0, np.float32), empty, empty
+    q, i, s, r = (np.concatenate(column) for column in zip(*parts, strict=True))
+    above = np.concatenate(above_all)
+    return q, i.astype(np.int64), s.astype(np.float32), r.astype(np.int64), above

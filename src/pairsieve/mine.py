@@ -8,18 +8,21 @@ tells it apart from the positive's (`possible_duplicate`: clustering must be pre
 leaves some copies apart; excluding a negative only costs one of `range_max` candidates), or when
 it scores within a margin of the query's weakest positive (NV-Retriever TopK-PercPos,
 arXiv 2407.15831). Measured on PriceRunner with its derived click log (benchmarks/RESULTS.md):
-exact-text exclusion leaves 3.2% false negatives, cluster ids 1.2%, cluster ids + the guard 0.5%;
-the margin cuts false negatives too but, because typed queries often score their clicked listing
-below most of the top 50, drops ~75% of the negatives.
+exact-text exclusion leaves 3.2% false negatives, cluster ids 1.2%, cluster ids + the guard 0.4%,
+all three with the margin 0.03% at 92% of the negatives. Typed queries often score their clicked
+listing below most of their top 50, where the margin drops everything, so a query whose pairs end
+short of `num_negatives` is mined again below the margin instead of going without negatives.
 
 The stage has two halves so each can be tested alone:
 
-* retrieval (`embed_inputs`, `search_candidates`, `candidate_table`, `positive_table`): embed the
-  distinct queries and listings with the shared cache, search a faiss index over the listings
-  (exact up to `knn.exact_max`) and keep the top `mine.range_max` listings of every distinct query;
+* retrieval (`embed_inputs`, `build_retrieval`, `candidate_table`, `positive_table`): embed the
+  distinct queries and listings with the shared cache and build a faiss index over the listings
+  (exact up to `knn.exact_max`);
 * `filter_candidates`: a pure, vectorised function of a candidate table and the positives' scores
   that stamps every candidate of every (query, positive) pair with the first reason that drops it
-  (`REASONS`, in precedence order) or keeps it.
+  (`REASONS`, in precedence order) or keeps it;
+
+and `mine_pairs` joins them, searching each query only as deep as its pairs need.
 
 Accounting: ``rows_in`` is the number of candidates considered, i.e. for every (query, positive)
 pair every listing retrieved for its query; ``rows_out`` the negatives kept; every other
@@ -114,23 +117,66 @@ def embed_inputs(
     )
 
 
-def search_candidates(
-    query_vectors: np.ndarray, listing_vectors: np.ndarray, cfg: PairsieveConfig
-) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """Top ``mine.range_max`` listings per query: (scores (q, k) float32, ids (q, k) int64, info).
+@dataclass(frozen=True)
+class Retrieval:
+    """A faiss index over the listings and the distinct queries' vectors, searched as deep as
+    each query needs (`mine_pairs`)."""
 
-    Exact `IndexFlatIP` up to ``knn.exact_max`` listings, IVF above (see `pairsieve.knn`).
-    """
+    index: Any
+    queries: list[str]
+    listing_ids: list[str]
+    query_vectors: np.ndarray
+    listing_vectors: np.ndarray
+    info: dict[str, Any]
+
+    def candidates(self, rows: np.ndarray, depth: int) -> pl.DataFrame:
+        """(query, negative_listing_id, score, rank) for the top ``depth`` listings of the
+        queries at ``rows`` (indices into ``queries``), from the index."""
+        started = time.perf_counter()
+        scores, ids = knn.search(self.index, self.query_vectors[rows], depth)
+        self.info["search_s"] += time.perf_counter() - started
+        names = [self.queries[i] for i in rows]
+        return _with_ranks(candidate_table(names, self.listing_ids, scores, ids))
+
+    def candidates_below(
+        self, rows: np.ndarray, ceilings: np.ndarray, head: int, depth: int, max_rank: int
+    ) -> tuple[pl.DataFrame, np.ndarray]:
+        """The top ``head`` listings of each query plus its top ``depth`` scoring at or below
+        its ceiling, ranked in the full ranking and cut at ``max_rank``, from an exact scan
+        (`knn.scan_below`); and per query the number of listings above its ceiling."""
+        started = time.perf_counter()
+        row, ids, scores, ranks, above = knn.scan_below(
+            self.listing_vectors, self.query_vectors[rows], ceilings, head, depth
+        )
+        self.info["search_s"] += time.perf_counter() - started
+        table = pl.DataFrame(
+            {
+                S.QUERY: pl.Series([self.queries[i] for i in rows], dtype=pl.String).gather(row),
+                S.NEGATIVE_LISTING_ID: pl.Series(self.listing_ids, dtype=pl.String).gather(ids),
+                S.SCORE: scores,
+                S.RANK: pl.Series(ranks, dtype=pl.Int32),
+            }
+        )
+        return table.filter(pl.col(S.RANK) <= max_rank), above
+
+
+def build_retrieval(embedded: Embedded, cfg: PairsieveConfig) -> Retrieval:
+    """Exact `IndexFlatIP` up to ``knn.exact_max`` listings, IVF above (see `pairsieve.knn`)."""
     started = time.perf_counter()
-    index = knn.build_index(listing_vectors, cfg.knn, seed=cfg.seed)
-    built = time.perf_counter()
-    scores, ids = knn.search(index, query_vectors, cfg.mine.range_max)
+    index = knn.build_index(embedded.listing_vectors, cfg.knn, seed=cfg.seed)
     info = {
         "index": type(index).__name__,
-        "index_s": round(built - started, 3),
-        "search_s": round(time.perf_counter() - built, 3),
+        "index_s": time.perf_counter() - started,
+        "search_s": 0.0,
     }
-    return scores, ids, info
+    return Retrieval(
+        index,
+        embedded.queries,
+        embedded.listing_ids,
+        embedded.query_vectors,
+        embedded.listing_vectors,
+        info,
+    )
 
 
 def candidate_table(
@@ -168,6 +214,15 @@ def positive_table(pairs: pl.DataFrame, embedded: Embedded) -> pl.DataFrame:
     )
 
 
+def _with_ranks(candidates: pl.DataFrame) -> pl.DataFrame:
+    """Add each candidate's 1-based rank in its query's list (score desc, ties by listing id)."""
+    return (
+        candidates.with_columns(pl.col(S.SCORE).cast(pl.Float32))
+        .sort([S.QUERY, S.SCORE, S.NEGATIVE_LISTING_ID], descending=[False, True, False])
+        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over(S.QUERY).alias(S.RANK))
+    )
+
+
 def _margin_limit(weakest: pl.Expr, cfg: MineConfig) -> pl.Expr:
     """Highest score a candidate may have: the tightest of the configured margins.
 
@@ -180,6 +235,22 @@ def _margin_limit(weakest: pl.Expr, cfg: MineConfig) -> pl.Expr:
     if cfg.relative_margin is not None:
         limits.append(weakest - weakest.abs() * cfg.relative_margin)
     return pl.min_horizontal(limits) if limits else pl.lit(float("inf"))
+
+
+def _limits(positives: pl.DataFrame, cfg: MineConfig) -> pl.DataFrame:
+    """(query, _limit): the highest score the margin lets a candidate of the query have."""
+    weakest = pl.col(S.POSITIVE_SCORE).cast(pl.Float32).min()
+    return positives.group_by(S.QUERY).agg(_margin_limit(weakest, cfg).alias("_limit"))
+
+
+def _ceilings(positives: pl.DataFrame, names: pl.Series, cfg: MineConfig) -> np.ndarray:
+    """Per query of ``names`` (in order): the score above which no candidate can survive, the
+    tighter of the margin limit and ``max_score``."""
+    max_score = cfg.max_score if cfg.max_score is not None else float("inf")
+    limits = names.to_frame(S.QUERY).join(
+        _limits(positives, cfg), on=S.QUERY, how="left", maintain_order="left"
+    )
+    return np.minimum(limits["_limit"].fill_null(float("inf")).to_numpy(), max_score)
 
 
 def _text_keys(values: pl.Series) -> pl.Series:
@@ -215,12 +286,8 @@ def _stamp_filters(
 ) -> pl.DataFrame:
     """Every (pair, candidate) row with the first score/identity reason that drops it, or null."""
     product_of = products.select(S.LISTING_ID, pl.col(S.PRODUCT_ID).alias(_PRODUCT))
-    ranked = (
-        candidates.with_columns(pl.col(S.SCORE).cast(pl.Float32))
-        .sort([S.QUERY, S.SCORE, S.NEGATIVE_LISTING_ID], descending=[False, True, False])
-        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over(S.QUERY).alias(S.RANK))
-    )
-    ranked = ranked.join(
+    ranked = candidates if S.RANK in candidates.columns else _with_ranks(candidates)
+    ranked = ranked.with_columns(pl.col(S.SCORE).cast(pl.Float32)).join(
         product_of, left_on=S.NEGATIVE_LISTING_ID, right_on=S.LISTING_ID, how="left"
     ).with_columns(pl.col(_PRODUCT).fill_null(pl.col(S.NEGATIVE_LISTING_ID)))
     pos = positives.join(
@@ -229,9 +296,7 @@ def _stamp_filters(
         pl.col(_PRODUCT).fill_null(pl.col(S.POSITIVE_LISTING_ID)).alias(_POSITIVE_PRODUCT),
         pl.col(S.POSITIVE_SCORE).cast(pl.Float32),
     )
-    limit = pos.group_by(S.QUERY).agg(
-        _margin_limit(pl.col(S.POSITIVE_SCORE).min(), cfg).alias("_limit")
-    )
+    limit = _limits(pos, cfg)
     clicked = pos.select(
         S.QUERY,
         pl.col(S.POSITIVE_LISTING_ID).alias(S.NEGATIVE_LISTING_ID),
@@ -381,6 +446,85 @@ def filter_candidates(
     return kept, dropped
 
 
+@dataclass(frozen=True)
+class Mined:
+    """What `mine_pairs` found: every query's final candidates, the split of (pair, candidate)
+    rows into kept and dropped (see `filter_candidates`), one entry per retrieval round, and the
+    listings deeper rounds stepped over because they score above the margin (summed over pairs;
+    they are counted, not listed)."""
+
+    candidates: pl.DataFrame
+    kept: pl.DataFrame
+    dropped: pl.DataFrame
+    rounds: list[dict[str, int]]
+    skipped_above_ceiling: int
+
+
+_DEEPEN = 4  # each round looks this many times deeper for the queries still short
+
+
+def _short_queries(positives: pl.DataFrame, kept: pl.DataFrame, num_negatives: int) -> pl.Series:
+    """Queries with at least one pair that kept fewer than ``num_negatives`` negatives."""
+    per_pair = positives.select(S.QUERY, S.POSITIVE_LISTING_ID).join(
+        kept.group_by(S.QUERY, S.POSITIVE_LISTING_ID).len("_n"),
+        on=[S.QUERY, S.POSITIVE_LISTING_ID],
+        how="left",
+    )
+    return per_pair.filter(pl.col("_n").fill_null(0) < num_negatives)[S.QUERY].unique()
+
+
+def mine_pairs(
+    retrieval: Retrieval,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: MineConfig,
+    seed: int,
+) -> Mined:
+    """Mine every query's pairs, looking only as deep as each query needs.
+
+    Round one filters the top ``search_depth`` listings of every query. A query with a pair left
+    short of ``num_negatives`` is mined again from its top ``search_depth`` plus its best
+    listings at or below its ceiling (margin limit, ``max_score``), ``_DEEPEN`` times more of
+    them each round, until no pair is short or rank ``range_max`` is reached. A query is short
+    mostly because its weakly matched positive puts hundreds of listings inside the margin
+    (PriceRunner's derived log: half the queries have 188+); stepping over them keeps the
+    candidate table small. Each query's result depends on its own pairs only.
+    """
+    deepest = min(cfg.range_max, len(retrieval.listing_ids))
+    head = depth = min(cfg.search_depth, deepest)
+    rows = np.arange(len(retrieval.queries))
+    candidates = retrieval.candidates(rows, head)
+    above = np.zeros(rows.size, np.int64)
+    parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
+    rounds, skipped = [], []
+    while True:
+        names = pl.Series(S.QUERY, [retrieval.queries[i] for i in rows], dtype=pl.String)
+        pos = positives.filter(pl.col(S.QUERY).is_in(names.implode()))
+        kept, dropped = filter_candidates(candidates, pos, products, cfg, seed)
+        short = _short_queries(pos, kept, cfg.num_negatives)
+        rounds.append({"depth": depth, "queries": int(rows.size), "short": short.len()})
+        deeper = names.is_in(short.implode()).to_numpy() & (above + depth < deepest)
+        finished = names.filter(pl.Series(~deeper))
+        done = pl.col(S.QUERY).is_in(finished.implode())
+        parts.append((candidates.filter(done), kept.filter(done), dropped.filter(done)))
+        steps = np.clip(np.minimum(above, deepest) - head, 0, None)[~deeper]
+        skipped.append(pl.DataFrame({S.QUERY: finished, "_skipped": steps}))
+        if not deeper.any():
+            break
+        rows, depth = rows[deeper], depth * _DEEPEN
+        ceilings = _ceilings(positives, names.filter(pl.Series(deeper)), cfg)
+        candidates, above = retrieval.candidates_below(rows, ceilings, head, depth, deepest)
+    order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
+    per_pair = positives.select(S.QUERY).join(pl.concat(skipped), on=S.QUERY)
+    return Mined(
+        pl.concat([c for c, _, _ in parts]),
+        pl.concat([k for _, k, _ in parts]).sort(order),
+        pl.concat([d for _, _, d in parts]).sort(order),
+        rounds,
+        int(per_pair["_skipped"].sum()),
+    )
+
+
 def summarise(
     candidates: pl.DataFrame,
     positives: pl.DataFrame,
@@ -469,19 +613,18 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
         encoder,
         EmbeddingCache(cfg.cache_dir, encoder.model_key),
     )
-    scores, ids, search_info = search_candidates(
-        embedded.query_vectors, embedded.listing_vectors, cfg
-    )
+    retrieval = build_retrieval(embedded, cfg)
     started = time.perf_counter()
-    candidates = candidate_table(embedded.queries, embedded.listing_ids, scores, ids)
     positives = positive_table(pairs, embedded)
     info = listing_products(listings_df, products_df)
-    kept, dropped = filter_candidates(candidates, positives, info, cfg.mine, cfg.seed)
-    filter_s = round(time.perf_counter() - started, 3)
+    mined = mine_pairs(retrieval, positives, info, cfg.mine, cfg.seed)
+    candidates, kept, dropped = mined.candidates, mined.kept, mined.dropped
+    filter_s = round(time.perf_counter() - started - retrieval.info["search_s"], 3)
     out_dir = Path(out_dir)
     io.write_parquet(kept, out_dir / S.NEGATIVES_FILE)
     io.write_parquet(dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
     summary = summarise(candidates, positives, kept, dropped, cfg.mine)
+    summary["skipped_above_ceiling"] = mined.skipped_above_ceiling
     dropped_by_reason = summary.pop("dropped_by_reason")
     return StageResult(
         stage="mine",
@@ -490,17 +633,20 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
         dropped_by_reason=dropped_by_reason,
         timings={
             "embed_s": embedded.stats["embed_s"],
-            "index_s": search_info["index_s"],
-            "search_s": search_info["search_s"],
+            "index_s": round(retrieval.info["index_s"], 3),
+            "search_s": round(retrieval.info["search_s"], 3),
             "filter_s": filter_s,
         },
         outputs={"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE},
         details={
             **summary,
             "rows_in_means": "candidates considered: for each (query, positive) pair, each "
-            "listing retrieved for its query (top mine.range_max)",
+            "listing retrieved for its query: its top mine.search_depth and, for queries left "
+            "short, its best listings at or below the margin up to rank mine.range_max; "
+            "skipped_above_ceiling counts the listings stepped over (inside the margin)",
             "candidates_per_query": candidates.height / max(1, len(embedded.queries)),
-            "index": search_info["index"],
+            "retrieval_rounds": mined.rounds,
+            "index": retrieval.info["index"],
             "embedding": {k: v for k, v in embedded.stats.items() if k != "embed_s"},
         },
     )

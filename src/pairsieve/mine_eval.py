@@ -1,6 +1,6 @@
 """How many mined "hard negatives" are really the positive's product, with and without pairsieve.
 
-On a catalog with ground-truth product ids and a click log, one retrieval is filtered four ways:
+On a catalog with ground-truth product ids and a click log, one index is mined four ways:
 
 * (a) ``naive``: exact-text exclusion only, what today's miners do (sentence-transformers'
   `mine_hard_negatives` deduplicates the corpus by text and masks the query's positives);
@@ -13,7 +13,8 @@ On a catalog with ground-truth product ids and a click log, one retrieval is fil
 * ``truth``: (d) with ground-truth product ids, an upper bound for the clusterer.
 
 Exact-text exclusion is expressed as "a product is a distinct title", so every variant runs the
-same `mine.filter_candidates` and differs only in its product map and margin knobs. The
+same `mine.mine_pairs` and differs only in its product map and margin knobs (a variant that
+leaves pairs short searches deeper, as the stage does). The
 false-negative rate is the share of kept negatives whose true product equals the positive's.
 """
 
@@ -154,7 +155,7 @@ def evaluate(
     clusters: pl.DataFrame | None,
     encoder: Encoder,
 ) -> dict[str, Any]:
-    """Run one retrieval and every variant's filter; return the comparison as a JSON-able dict.
+    """Mine with every variant over one index; return the comparison as a JSON-able dict.
 
     ``listings`` needs listing_id, title and true_product_id; ``clicks`` query and listing_id;
     ``clusters`` (listing_id, product_id) from `pairsieve.cluster` (None skips (c) and (d)).
@@ -162,10 +163,7 @@ def evaluate(
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
     cache = EmbeddingCache(cfg.cache_dir, encoder.model_key)
     embedded = mine.embed_inputs(pairs[S.QUERY].to_list(), listings, encoder, cache)
-    scores, ids, search_info = mine.search_candidates(
-        embedded.query_vectors, embedded.listing_vectors, cfg
-    )
-    candidates = mine.candidate_table(embedded.queries, embedded.listing_ids, scores, ids)
+    retrieval = mine.build_retrieval(embedded, cfg)
     positives = mine.positive_table(pairs, embedded)
     maps = product_maps(listings, clusters, S.TRUE_PRODUCT_ID)
     no_margin = cfg.mine.model_copy(update={"absolute_margin": None, "relative_margin": None})
@@ -177,16 +175,15 @@ def evaluate(
         if product_map not in maps:
             continue
         mine_cfg = with_margin if use_margin else no_margin
-        kept, dropped = mine.filter_candidates(
-            candidates, positives, maps[product_map], mine_cfg, cfg.seed
-        )
+        mined = mine.mine_pairs(retrieval, positives, maps[product_map], mine_cfg, cfg.seed)
         variants[name] = {
             "products": product_map,
             "margin": use_margin,
-            **variant_metrics(kept, positives, maps["truth"], cfg.mine.num_negatives),
-            "dropped_by_reason": mine.summarise(candidates, positives, kept, dropped, mine_cfg)[
-                "dropped_by_reason"
-            ],
+            **variant_metrics(mined.kept, positives, maps["truth"], cfg.mine.num_negatives),
+            "dropped_by_reason": mine.summarise(
+                mined.candidates, positives, mined.kept, mined.dropped, mine_cfg
+            )["dropped_by_reason"],
+            "retrieval_rounds": mined.rounds,
         }
         log.info(
             "%s: %d negatives, false-negative rate %.4f",
@@ -200,7 +197,7 @@ def evaluate(
         "queries": len(embedded.queries),
         "pairs": positives.height,
         "mine_config": cfg.mine.model_dump(mode="json"),
-        "retrieval": {**search_info, "embedding": embedded.stats},
+        "retrieval": {**retrieval.info, "embedding": embedded.stats},
         "variants": variants,
         "targets": targets(variants),
     }
