@@ -10,7 +10,14 @@ import pytest
 
 from pairsieve import io
 from pairsieve.errors import PairsieveError
-from pairsieve.publish import build_lock, prepare_staging, publish, staging_dir, verify
+from pairsieve.publish import (
+    build_lock,
+    prepare_staging,
+    publish,
+    published_dir,
+    staging_dir,
+    verify,
+)
 
 
 def _fake_shards(folder, content=b"abc"):
@@ -79,3 +86,9 @@ def test_second_writer_is_refused_and_killed_holder_releases(tmp_path):
         holder.join()
     with build_lock(out):  # the stale lock of the killed run is recovered at once
         pass
+
+
+def test_a_staging_folder_names_the_build_it_publishes_as(tmp_path):
+    out = tmp_path / "dataset"
+    assert published_dir(staging_dir(out)) == out
+    assert published_dir(out) == out

@@ -36,6 +36,15 @@ def staging_dir(out: str | Path) -> Path:
     return out.with_name(f".{out.name}.staging")
 
 
+def published_dir(folder: str | Path) -> Path:
+    """The build folder a staging folder publishes as (any other folder is itself)."""
+    folder = Path(folder)
+    name = folder.name
+    if name.startswith(".") and name.endswith(".staging"):
+        return folder.with_name(name[1 : -len(".staging")])
+    return folder
+
+
 def lock_path(out: str | Path) -> Path:
     out = Path(out)
     return out.with_name(f".{out.name}.lock")

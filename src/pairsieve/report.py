@@ -22,6 +22,7 @@ from pairsieve import io, report_html
 from pairsieve import report_sections as R
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
+from pairsieve.publish import published_dir
 from pairsieve.stage import StageResult
 
 log = logging.getLogger(__name__)
@@ -335,7 +336,7 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
         "schema_version": REPORT_SCHEMA_VERSION,
         "kind": "build",
         "title": "pairsieve duplicate-impact report",
-        "subtitle": f"run folder {run_dir}",
+        "subtitle": f"build folder {published_dir(run_dir)}",
         "missing": [],
     }
     for key, build in builders.items():
