@@ -498,7 +498,7 @@ def test_fuzzed_valid_inputs_balance_every_stage(encoder, session_cache_dir, mon
 
 def test_memory_budget_stops_ingest_before_reading(tmp_path):
     """A budget smaller than memory in use + estimated need: exit 2 naming the knob, no output."""
-    from pairsieve import ingest
+    from pairsieve.memory import ingest_need_mb
 
     catalog = pl.DataFrame({LISTING_ID: ["L1", "L2"], TITLE: ["apple iphone 12", "galaxy s21"]})
     clicks = pl.DataFrame({QUERY: ["iphone"] * 3, LISTING_ID: ["L1"] * 3})
@@ -509,8 +509,8 @@ def test_memory_budget_stops_ingest_before_reading(tmp_path):
     pl.concat([catalog] * 20_000).with_row_index("n").with_columns(
         pl.format("L{}", "n").alias(LISTING_ID)
     ).drop("n").write_parquet(big)
-    grown = ingest.memory_need_mb(str(small[1]), str(big))
-    assert grown > ingest.memory_need_mb(str(small[1]), str(small[0])) + 2  # MB: 8 x ~0.4 MB
+    grown = ingest_need_mb(str(small[1]), str(big))
+    assert grown > ingest_need_mb(str(small[1]), str(small[0])) + 2  # MB: 8 x ~0.4 MB
     base = ["ingest", "--clicks", str(small[1]), "--catalog", str(small[0])]
     out = tmp_path / "out"
     result = RUNNER.invoke(app, [*base, "--out", str(out), "--set", "ingest.memory_budget_mb=1"])

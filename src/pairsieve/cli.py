@@ -252,12 +252,14 @@ def ingest_command(
     """Validate the click log and catalog into OUT/ingest/ (clicks, listings, quarantine).
 
     The same step `pairsieve build` runs first, so a build into the same OUT skips it."""
+    from pairsieve.memory import watch
     from pairsieve.steps import ingest_step
 
     cfg = config_from_cli(config, overrides)
     created = not out.exists()
     try:
-        result = ingest_step(cfg, clicks, catalog, out)  # the build's step: a later build skips it
+        with watch(cfg.runner.memory_budget_mb, "ingest"):  # over budget: exit 2 (memory_budget)
+            result = ingest_step(cfg, clicks, catalog, out)  # a later build into OUT skips it
     except PairsieveError:
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a failed run leaves nothing behind, not even the folder

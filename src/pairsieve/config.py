@@ -56,9 +56,10 @@ class IngestConfig(_Section):
         0,
         ge=0,
         description="Memory (MB) ingest may use: the build stops with `memory_budget` before "
-        "reading when the memory in use plus ingest's estimated need (uncompressed input size "
-        "times the factor measured in benchmarks/memory.py) exceeds it. 0 = the memory the "
-        "machine has available when ingest starts, so a build never starts swapping.",
+        "reading when the memory in use plus ingest's estimated need (measured in "
+        "benchmarks/memory.py) exceeds it. 0 = `runner.memory_budget_mb` if set, else the "
+        "memory the machine has available when ingest starts. The whole run is watched "
+        "against `runner.memory_budget_mb`.",
     )
 
 
@@ -289,6 +290,16 @@ class RunnerConfig(_Section):
         None, description="Dask scheduler or Ray cluster address; None starts a local one."
     )
     workers: int = Field(2, ge=1, description="Local workers (threads or processes).")
+    memory_budget_mb: int = Field(
+        0,
+        ge=0,
+        description="Memory (MB) a whole build (or `pairsieve ingest`) may hold resident, this "
+        "process and its workers together: a watchdog samples it every 0.2 s and stops the run "
+        "with `memory_budget` (exit 2, naming the stage) once it is over; the last published "
+        "build stays intact and a rerun resumes. 0 = the memory in use plus the memory the "
+        "machine has available when the run starts. Also the budget of ingest's up-front check "
+        "when `ingest.memory_budget_mb` is 0.",
+    )
 
 
 class PairsieveConfig(_Section):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import polars as pl
 from pairsieve import io
 from pairsieve.config import IngestConfig, PairsieveConfig
 from pairsieve.errors import PairsieveError
+from pairsieve.memory import check_ingest_budget
 from pairsieve.schemas import (
     BRAND,
     CATALOG_REQUIRED,
@@ -224,27 +226,47 @@ def _to_utc(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
     return value.dt.convert_time_zone("UTC")
 
 
-def _check_timestamps(data: pl.DataFrame) -> pl.DataFrame:
+def _parse_inferred(raw: pl.Series, anchor: str | None) -> tuple[pl.Series, str | None]:
+    """Parse ``raw`` with the format polars infers, as if the whole log were one series.
+
+    polars infers a format family from the first value that matches one (the ``anchor``) and
+    tries only that family. The log is read in batches, so later batches are parsed with the
+    anchor of the log prepended: the same values parse as they did when the log was one frame.
+    Returns the parsed batch and the anchor (None until a value has parsed).
+    """
+    options = {"time_unit": "us", "time_zone": "UTC", "strict": False}
+    if anchor is not None:
+        return pl.concat([pl.Series([anchor]), raw]).str.to_datetime(**options).slice(1), anchor
+    parsed = raw.str.to_datetime(**options)
+    for value in raw.filter(parsed.is_not_null()):
+        if pl.Series([value]).str.to_datetime(**options).is_not_null().all():
+            return parsed, value
+    return parsed, None
+
+
+def _check_timestamps(data: pl.DataFrame, anchor: str | None) -> tuple[pl.DataFrame, str | None]:
     """Parse ``ts`` into ``_typed_ts``; a given ts that does not parse is a ``bad_value``.
 
     Parsing, rather than keeping text, makes a parquet timestamp and its CSV rendering the same
     value. polars infers one format from the first value (2.4 CPU-s for 5M rows); only rows that
-    miss it try each accepted format (13.8 CPU-s if every row did).
+    miss it try each accepted format (13.8 CPU-s if every row did). Returns the anchor of the
+    inferred format for the next batch (see `_parse_inferred`).
     """
     if data.schema[TS].is_temporal():  # typed in the file: only the zone and unit to align
-        return data.with_columns(_to_utc(pl.col(TS), data.schema[TS]).alias(_TYPED + TS))
+        return data.with_columns(_to_utc(pl.col(TS), data.schema[TS]).alias(_TYPED + TS)), anchor
     raw = data[TS].str.strip_chars()
-    parsed = raw.str.to_datetime(time_unit="us", time_zone="UTC", strict=False)
+    parsed, anchor = _parse_inferred(raw, anchor)
     given = raw.is_not_null() & (raw != "")
     missed = (parsed.is_null() & given).arg_true()
     if missed.len():
         retry = raw.gather(missed).to_frame().select(_timestamp(pl.col(TS))).to_series()
         parsed = parsed.scatter(missed, retry)
     bad = pl.col(REASON).is_null() & pl.Series(given & parsed.is_null())
-    return data.with_columns(
+    checked = data.with_columns(
         parsed.alias(_TYPED + TS),
         pl.when(bad).then(pl.lit(BAD_VALUE)).otherwise(pl.col(REASON)).alias(REASON),
     )
+    return checked, anchor
 
 
 def _parse_typed(schema: pl.Schema) -> list[pl.Expr]:
@@ -297,24 +319,141 @@ def _clicks_checks(cfg: IngestConfig, schema: pl.Schema) -> list[tuple[str, pl.E
     ]
 
 
+# The click log is read and validated BATCH_ROWS rows at a time (one slice of the lazy scan
+# each), so ingest's memory is bounded by a batch plus what it keeps (the catalog, one row per
+# distinct raw (query, listing) pair, the query spellings, the quarantined rows), not by the
+# number of click rows: against one catalog, 5M rows use 1.33x the working memory of 1M, where
+# collecting the log used 3.7x (benchmarks/memory.py). A parquet slice reads only its row
+# groups; a CSV slice skips the lines before it (0.11 CPU-s to reach row 4.75M of 5M). 500k-row
+# batches saved 5% CPU and cost 60 MB.
+BATCH_ROWS = 250_000
+
+
+def _batches(
+    reader: io.TableReader, frame: pl.LazyFrame, files: list[str]
+) -> Iterator[pl.DataFrame]:
+    """The rows of ``frame`` in order, BATCH_ROWS at a time.
+
+    Raises:
+        PairsieveError: ``unreadable_file`` naming the file (see `io.TableReader.collect`),
+            ``empty_input`` when there are no rows at all.
+    """
+    offset = 0
+    while True:
+        batch = reader.collect(frame.slice(offset, BATCH_ROWS), files)
+        if batch.height == 0 and offset == 0:
+            raise PairsieveError("empty_input", "input has no data rows", file=", ".join(files))
+        if batch.height:
+            yield batch
+        if batch.height < BATCH_ROWS:
+            return
+        offset += batch.height
+
+
+def _compact(frame: pl.DataFrame) -> pl.DataFrame:
+    """The frame with its text in buffers of its own. polars text columns are views into shared
+    buffers, so a few groups or filtered rows kept from a batch keep the whole batch's text
+    alive (20 batches of 200k strings, 4k of them kept: 322 MB resident against 110 MB after
+    this copy). Kept across batches, only what is kept may stay."""
+    text = [name for name, dtype in frame.schema.items() if dtype == pl.String]
+    return frame.with_columns(pl.concat_str(pl.col(name), pl.lit("")) for name in text)
+
+
+def _group_spellings(valid: pl.LazyFrame, fold: bool) -> pl.DataFrame:
+    """Valid rows (or, with ``fold``, earlier groups) grouped by raw (query, listing):
+    ``click_rows``, summed counts (integer micro-units: exact in any order), smallest others."""
+    names = valid.collect_schema().names()
+    counts = [c for c in (CLICKS, WEIGHT) if c in names]
+    keys = (QUERY, _KEY, LISTING_ID, CLICK_ROWS)
+    others = [c for c in names if c not in (*counts, *keys)]
+    rows = pl.col(CLICK_ROWS).sum() if fold else pl.len().cast(pl.Int64).alias(CLICK_ROWS)
+    grouped = valid.group_by(QUERY, _KEY).agg(
+        rows, *[pl.col(c).sum() for c in counts], *[pl.col(c).min() for c in others]
+    )
+    return _compact(grouped.collect(engine="streaming"))
+
+
+class _ClickLog:
+    """What ingest keeps of the click log while it streams through it: per raw (query, listing)
+    pair the merged valid rows (``groups``), the normalised form of each valid spelling
+    (``spellings``), the quarantined rows and the count of valid rows."""
+
+    def __init__(self, schema: pl.Schema, files: list[str]) -> None:
+        self.schema, self.files = schema, files
+        self.anchor: str | None = None  # see _parse_inferred
+        self.spellings: pl.DataFrame | None = None  # query -> query_norm, "" included
+        self.groups: list[pl.DataFrame] = []  # per raw (query, listing), see _fold
+        self.quarantine: list[pl.DataFrame] = []
+        self.valid_rows = 0
+
+    def add(self, data: pl.DataFrame) -> None:
+        """Finish the checks of one batch (``reason`` of the per-row checks set) and keep it.
+
+        Two checks run after the per-row ones, on rows that passed them: a ``ts`` that does
+        not parse (``bad_value``) and a query that normalises to nothing (``missing_query``).
+        """
+        if TS in self.schema:
+            data, self.anchor = _check_timestamps(data, self.anchor)
+        batch = data.filter(pl.col(REASON).is_null()).select(pl.col(QUERY).unique())
+        self._normalise(batch)
+        empty = self.spellings.filter(pl.col(QUERY_NORM) == "")[QUERY]
+        if empty.len():
+            unusable = pl.col(REASON).is_null() & pl.col(QUERY).is_in(empty.implode())
+            data = data.with_columns(
+                pl.when(unusable)
+                .then(pl.lit(MISSING_QUERY))
+                .otherwise(pl.col(REASON))
+                .alias(REASON)
+            )
+        valid = data.filter(pl.col(REASON).is_null()).with_columns(_typed_values(data.columns))
+        rejected = data.filter(pl.col(REASON).is_not_null())
+        rejected = _quarantine_rows(rejected, _raw_columns(self.schema), CLICKS_TABLE)
+        self.quarantine.append(_compact(rejected))
+        temporary = [c for c in valid.columns if c.startswith(_TYPED)]
+        self.valid_rows += valid.height
+        valid = valid.lazy().drop(REASON, *_ORDER, *temporary)
+        self.groups.append(_group_spellings(valid, fold=False))
+        if sum(g.height for g in self.groups[1:]) > self.groups[0].height:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Merge the groups of the batches so far into one frame, once the unmerged ones
+        outgrow the merged one: each row is merged O(log batches) times, not once a batch."""
+        if len(self.groups) > 1:
+            # A lazy concat: the engine streams the groups instead of copying them first.
+            folded = pl.concat([g.lazy() for g in self.groups])
+            self.groups = [_group_spellings(folded, fold=True)]
+
+    def _normalise(self, batch: pl.DataFrame) -> None:
+        """Normalise each raw spelling once, not per row: logs repeat popular queries (5M
+        benchmark rows hold 0.3M spellings), and normalising every row took 15 of 55 seconds."""
+        new = batch if self.spellings is None else batch.join(self.spellings, on=QUERY, how="anti")
+        new = _compact(new.with_columns(normalize_expr(pl.col(QUERY)).alias(QUERY_NORM)))
+        self.spellings = new if self.spellings is None else pl.concat([self.spellings, new])
+
+    def rows(self) -> ClickRows:
+        self._fold()
+        quarantine = pl.concat(self.quarantine)
+        norms = self.spellings.filter(pl.col(QUERY_NORM) != "")
+        return ClickRows(self.groups[0], norms, quarantine, self.files, self.valid_rows)
+
+
 @dataclass(frozen=True)
 class ClickRows:
-    """Validated click rows: ``valid`` raw rows (numbers parsed), ``norms`` (each distinct raw
-    ``query`` of them -> ``query_norm``), ``quarantine`` rows and the ``files`` read."""
+    """The validated click log: ``per_spelling`` (valid rows merged per raw query and listing),
+    ``norms`` (each distinct raw ``query`` of them -> ``query_norm``), ``quarantine`` rows, the
+    ``files`` read and the number of ``valid_rows``."""
 
-    valid: pl.DataFrame
+    per_spelling: pl.DataFrame
     norms: pl.DataFrame
     quarantine: pl.DataFrame
     files: list[str]
+    valid_rows: int
 
 
 def validate_clicks(cfg: IngestConfig, spec: str | list[str], listing_ids: pl.Series) -> ClickRows:
-    """Read and validate the click log against the validated catalog's ``listing_ids``.
-
-    Queries are normalised once per distinct spelling, not per row: logs repeat popular queries
-    (5M benchmark rows hold 0.3M spellings), and normalising every row took 15 of 55 seconds.
-    Two checks run after the per-row ones, on rows that passed them: a ``ts`` that does not
-    parse (``bad_value``) and a query that normalises to nothing (``missing_query``).
+    """Read and validate the click log against the validated catalog's ``listing_ids``, one
+    batch of rows at a time (see BATCH_ROWS).
 
     Raises:
         PairsieveError: file-level problems (see `io.TableReader.scan`), ``empty_input``.
@@ -322,27 +461,16 @@ def validate_clicks(cfg: IngestConfig, spec: str | list[str], listing_ids: pl.Se
     reader = _reader(cfg, CLICKS_TABLE)
     frame, files = reader.scan(spec)
     schema = frame.collect_schema()
-    known = pl.col(_KEY).is_in(listing_ids.implode())
+    # A cast to an Enum of the catalog's ids hashes them once; `is_in` rebuilt its set for every
+    # batch (1.8 of 3.2 CPU-s for 1M rows against 1M listings). Unknown ids cast to null.
+    known = pl.col(_KEY).cast(pl.Enum(listing_ids), strict=False).is_not_null()
     frame = frame.with_columns(
         pl.col(LISTING_ID).str.strip_chars().alias(_KEY), *_parse_typed(schema)
     ).with_columns(_first_reason([*_clicks_checks(cfg, schema), (UNKNOWN_LISTING, ~known)]))
-    data = _collect(reader, frame, files)
-    if TS in schema:
-        data = _check_timestamps(data)
-    spellings = data.filter(pl.col(REASON).is_null()).select(pl.col(QUERY).unique())
-    norms = spellings.with_columns(normalize_expr(pl.col(QUERY)).alias(QUERY_NORM))
-    empty = norms.filter(pl.col(QUERY_NORM) == "")[QUERY]
-    if empty.len():
-        unusable = pl.col(REASON).is_null() & pl.col(QUERY).is_in(empty.implode())
-        data = data.with_columns(
-            pl.when(unusable).then(pl.lit(MISSING_QUERY)).otherwise(pl.col(REASON)).alias(REASON)
-        )
-        norms = norms.filter(pl.col(QUERY_NORM) != "")
-    valid = data.filter(pl.col(REASON).is_null()).with_columns(_typed_values(data.columns))
-    rejected = data.filter(pl.col(REASON).is_not_null())
-    quarantine = _quarantine_rows(rejected, _raw_columns(schema), CLICKS_TABLE)
-    temporary = [c for c in valid.columns if c.startswith(_TYPED)]
-    return ClickRows(valid.drop(REASON, *_ORDER, *temporary), norms, quarantine, files)
+    log_rows = _ClickLog(schema, files)
+    for batch in _batches(reader, frame, files):
+        log_rows.add(batch)
+    return log_rows.rows()
 
 
 def _canonical_queries(per_spelling: pl.DataFrame, norms: pl.DataFrame) -> pl.DataFrame:
@@ -359,22 +487,13 @@ def aggregate_clicks(rows: ClickRows) -> pl.DataFrame:
     count), ``click_rows`` = rows merged; other columns keep their smallest value (earliest
     ``ts``, best ``position``) so the result does not depend on row order.
 
-    Rows are first grouped by raw (query, listing), then by normalised query: 3.4 + 1.3 s on the
-    5M-row benchmark against 1.1 + 6.9 s for joining the normalised query onto every row.
+    Rows are first grouped by raw (query, listing) while the log streams (`_ClickLog`), then by
+    normalised query: 3.4 + 1.3 s on the 5M-row benchmark against 1.1 + 6.9 s for joining the
+    normalised query onto every row.
     """
-    valid = rows.valid
-    counts = [c for c in (CLICKS, WEIGHT) if c in valid.columns]
-    others = [c for c in valid.columns if c not in (*counts, QUERY, LISTING_ID, _KEY)]
-    per_spelling = (
-        valid.lazy()
-        .group_by(QUERY, _KEY)
-        .agg(
-            pl.len().cast(pl.Int64).alias(CLICK_ROWS),
-            *[pl.col(c).sum() for c in counts],
-            *[pl.col(c).min() for c in others],
-        )
-        .collect(engine="streaming")
-    )
+    per_spelling = rows.per_spelling
+    counts = [c for c in (CLICKS, WEIGHT) if c in per_spelling.columns]
+    others = [c for c in per_spelling.columns if c not in (*counts, QUERY, _KEY, CLICK_ROWS)]
     grouped = (
         per_spelling.lazy()
         .join(rows.norms.lazy(), on=QUERY)
@@ -466,67 +585,6 @@ def input_fingerprint(clicks: str | list[str], catalog: str | list[str]) -> str:
     return io.sha256_text("|".join(parts))
 
 
-# Peak ingest working memory = fixed part + a factor per byte of uncompressed input (parquet
-# metadata or text size): a line through the 1M- and 5M-row runs of benchmarks/memory.py
-# (183 MB + 6.9 x), rounded up for headroom (see benchmarks/RESULTS.md).
-_MEMORY_FIXED_MB = 200.0
-_MEMORY_PER_INPUT_BYTE = 8.0
-
-
-def _uncompressed_bytes(path: str) -> int:
-    if io.file_format(path) != "parquet" or "://" in path:
-        return io.file_size(path)
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(path).metadata
-    return sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-
-
-def _spec_list(spec: str | Path | list[str]) -> list[str]:
-    return [str(spec)] if isinstance(spec, str | Path) else [str(s) for s in spec]
-
-
-def memory_need_mb(clicks: str | list[str], catalog: str | list[str]) -> float:
-    """Estimated peak working memory (MB) of ingesting these inputs.
-
-    Raises:
-        PairsieveError: ``missing_file`` when an input matches nothing.
-    """
-    specs = [s for spec in (clicks, catalog) for s in _spec_list(spec)]
-    total = 0
-    for path in io.resolve_inputs(specs):
-        try:
-            total += _uncompressed_bytes(path)
-        # Unreadable metadata (pyarrow's ArrowInvalid is a ValueError): the reader reports the
-        # file properly later; here it only counts its size.
-        except (OSError, ValueError):
-            total += io.file_size(path)
-    return _MEMORY_FIXED_MB + total * _MEMORY_PER_INPUT_BYTE / 2**20
-
-
-def check_memory_budget(
-    cfg: IngestConfig, clicks: str | list[str], catalog: str | list[str]
-) -> None:
-    """Stop before reading when memory in use plus ingest's estimated need exceeds the budget
-    (``ingest.memory_budget_mb``; 0 = what the machine has available now).
-
-    Raises:
-        PairsieveError: ``memory_budget`` naming the knob.
-    """
-    import psutil
-
-    in_use = psutil.Process().memory_info().rss / 2**20
-    budget = cfg.memory_budget_mb or in_use + psutil.virtual_memory().available / 2**20
-    need = memory_need_mb(clicks, catalog)
-    if in_use + need > budget:
-        raise PairsieveError(
-            "memory_budget",
-            f"ingest would need ~{need:,.0f} MB on top of {in_use:,.0f} MB in use, over the "
-            f"{budget:,.0f} MB budget; raise the budget, add memory or split the input",
-            knob="ingest.memory_budget_mb",
-        )
-
-
 def run(
     cfg: PairsieveConfig, clicks: str | list[str], catalog: str | list[str], out_dir: Path
 ) -> StageResult:
@@ -538,7 +596,7 @@ def run(
         PairsieveError: ``missing_file``, ``unreadable_file``, ``missing_column``, ``empty_input``
             naming the file (and column); ``memory_budget`` before reading anything.
     """
-    check_memory_budget(cfg.ingest, clicks, catalog)
+    check_ingest_budget(cfg, clicks, catalog)
     timings: dict[str, float] = {}
     started = time.perf_counter()
     listings, catalog_bad, catalog_files = validate_catalog(cfg.ingest, catalog)
@@ -554,7 +612,7 @@ def run(
         listings.height,
         _reason_counts(catalog_bad),
     )
-    n_valid = rows.valid.height
+    n_valid = rows.valid_rows
     merged = {AGGREGATED: n_valid - pairs.height} if n_valid > pairs.height else {}
     clicks_acc = TableAccounting(
         rows.files,

@@ -19,6 +19,7 @@ from pairsieve import publish, steps
 from pairsieve.config import PairsieveConfig, RunnerConfig, build_config
 from pairsieve.embed import EmbedStats, embed_partition
 from pairsieve.errors import PairsieveError
+from pairsieve.memory import watch
 from pairsieve.stage import StageResult
 
 
@@ -151,14 +152,21 @@ def build(
     ``previous`` (the last published build folder) product ids carry over from it.
     """
     cfg = build_config(config or {})
-    with publish.building(out) as run_dir:
+    # The watchdog stops the process (exit 2, `memory_budget`) once it is over the budget.
+    with publish.building(out) as run_dir, watch(cfg.runner.memory_budget_mb, "ingest") as mem:
         results = [ingest_task(cfg, _as_list(clicks), _as_list(catalog), run_dir)]
+        mem.stage = "embed"
         partitions = plan_embedding_task(cfg, run_dir)
         embed_partitions.with_options(task_runner=task_runner_for(cfg.runner))(partitions, cfg)
+        mem.stage = "cluster"
         results.append(cluster_task(cfg, run_dir, previous))
+        mem.stage = "mine"
         results.append(mine_task(cfg, run_dir))
+        mem.stage = "shards"
         results.append(shards_task(cfg, run_dir))
+        mem.stage = "report"
         results.append(report_task(cfg, run_dir))
+        mem.stage = "publish"
         publish_task(out)
     artifacts_task(Path(out) / "report", key="pairsieve-build")
     return {r.stage: r.to_json() | {"skipped": r.skipped} for r in results}
