@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from pairsieve import ingest
+from pairsieve import ingest, ingest_clicks
 from pairsieve.cli import app
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
@@ -453,7 +453,11 @@ def test_abt_read_as_utf8_quarantines_bad_bytes_and_warns(tmp_path, shared_data,
 def test_text_that_normalises_to_nothing_is_quarantined(tmp_path, monkeypatch):
     # Today's normalisation only empties blank text; a stricter one (punctuation stripped) must
     # still not let an empty matching key through. A fake normaliser stands in for it.
-    monkeypatch.setattr(ingest, "normalize_expr", lambda e: e.str.replace_all(r"[^A-Za-z0-9 ]", ""))
+    def strict(e: pl.Expr) -> pl.Expr:
+        return e.str.replace_all(r"[^A-Za-z0-9 ]", "")
+
+    monkeypatch.setattr(ingest, "normalize_expr", strict)  # titles
+    monkeypatch.setattr(ingest_clicks, "normalize_expr", strict)  # queries
     catalog = _write(
         pl.DataFrame({LISTING_ID: ["L1", "L2"], TITLE: ["Phone", "!!!"]}), tmp_path / "k.csv"
     )

@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 from test_crash import build_env, make_fixture
 
-from pairsieve import ingest, io
+from pairsieve import ingest, ingest_clicks, io
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.memory import BUDGET_KNOB, MemoryWatchdog, resolve_budget_mb, rss_mb
@@ -168,8 +168,8 @@ def test_batches_give_the_same_bytes_as_one_batch(tmp_path, monkeypatch):
     clicks.head(300).write_csv(first)
     clicks.slice(300).write_ndjson(second)
     inputs = ([str(first), str(second)], str(SAMPLE / "catalog.parquet"))
-    monkeypatch.setattr(ingest, "BATCH_ROWS", 10**6)
+    monkeypatch.setattr(ingest_clicks, "BATCH_ROWS", 10**6)
     whole = _ingest(tmp_path, "whole", *inputs)
-    monkeypatch.setattr(ingest, "BATCH_ROWS", 7)
+    monkeypatch.setattr(ingest_clicks, "BATCH_ROWS", 7)
     assert _ingest(tmp_path, "batched", *inputs) == whole
     assert "missing_query" in whole["accounting"] and "bad_value" in whole["accounting"]
