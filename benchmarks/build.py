@@ -25,8 +25,9 @@ from pairsieve.evaluate import score
 from pairsieve.schemas import TRUE_PRODUCT_ID
 
 
-def build(cfg, data: Path, run_dir: Path) -> dict:
-    """Run every stage; return seconds per stage and texts embedded."""
+def build(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> dict:
+    """Run every stage (product ids carried over from ``previous`` if given); return seconds per
+    stage and texts embedded."""
     timings, started = {}, time.perf_counter()
     steps.ingest_step(cfg, [str(data / "clicks.parquet")], [str(data / "catalog.parquet")], run_dir)
     timings["ingest"] = time.perf_counter() - started
@@ -36,7 +37,7 @@ def build(cfg, data: Path, run_dir: Path) -> dict:
         embed_partition(texts, cfg)
     timings["embed"] = time.perf_counter() - mark
     for name, step in (
-        ("cluster", steps.cluster_step),
+        ("cluster", lambda cfg, run_dir: steps.cluster_step(cfg, run_dir, previous)),
         ("mine", steps.mine_step),
         ("shards", steps.shards_step),
         ("report", steps.report_step),

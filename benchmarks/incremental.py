@@ -1,0 +1,83 @@
+"""Day-2 incremental build against the full build it follows (issue 7).
+
+A synthetic marketplace (`pairsieve.datasets.synth`) is split into day 1 and day 2: day 2 adds
+``--new-share`` of the listings (picked by a hash of the listing id, so some are new copies of
+day-1 products and some belong to products never seen) and the clicks logged after day 1's cut.
+Day 1 is built cold (empty embedding cache: the full build), day 2 with ``previous`` = day 1 and
+the same cache, each stage in process as the flow's tasks run it (no Prefect start-up).
+
+    .venv/bin/python benchmarks/incremental.py --products 4650 [--new-share 0.02] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import tempfile
+from pathlib import Path
+
+import polars as pl
+from build import build  # benchmarks/build.py: every stage, timed
+
+from pairsieve import schemas as S
+from pairsieve.config import load_config
+from pairsieve.datasets import synth
+
+
+def split_days(source: Path, new_share: float, folder: Path) -> dict[str, int]:
+    """Write day1/ and day2/ catalog + clicks from the generated files in ``source``."""
+    catalog = pl.read_parquet(source / "catalog.parquet")
+    clicks = pl.read_parquet(source / "clicks.parquet")
+    new = (pl.col(S.LISTING_ID).hash(seed=7) % 10_000) < int(new_share * 10_000)
+    day1_catalog = catalog.filter(~new)
+    cut = clicks[S.TS].quantile(0.8)  # day 2 logs the last fifth of the clicks
+    day1_clicks = clicks.filter(
+        (pl.col(S.TS) <= cut) & pl.col(S.LISTING_ID).is_in(day1_catalog[S.LISTING_ID].implode())
+    )
+    days = {"day1": (day1_catalog, day1_clicks), "day2": (catalog, clicks)}
+    for name, (day_catalog, day_clicks) in days.items():
+        (folder / name).mkdir(parents=True, exist_ok=True)
+        day_catalog.write_parquet(folder / name / "catalog.parquet")
+        day_clicks.write_parquet(folder / name / "clicks.parquet")
+    day1_products = set(day1_catalog[S.TRUE_PRODUCT_ID])
+    added = catalog.filter(new)
+    return {
+        "day1_listings": day1_catalog.height,
+        "day2_listings": catalog.height,
+        "new_listings": added.height,
+        "new_listings_of_day1_products": int(added[S.TRUE_PRODUCT_ID].is_in(day1_products).sum()),
+        "day1_click_rows": day1_clicks.height,
+        "day2_click_rows": clicks.height,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--products", type=int, default=4_650)
+    parser.add_argument("--new-share", type=float, default=0.02)
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="pairsieve-incremental-"))
+    synth.generate(work / "generated", args.products, seed=args.seed)
+    sizes = split_days(work / "generated", args.new_share, work)
+    cfg = load_config(None, {"cache_dir": str(work / "cache"), "seed": args.seed})
+    full = build(cfg, work / "day1", work / "build1")
+    day2 = build(cfg, work / "day2", work / "build2", previous=work / "build1")
+    changes = pl.read_parquet(work / "build2" / "cluster" / "id_changes.parquet")
+    result = {
+        **sizes,
+        "full_build": full,
+        "day2_build": day2,
+        "day2_over_full": round(day2["seconds"]["total"] / full["seconds"]["total"], 4),
+        "id_changes": dict(changes.group_by("change").len().sort("change").iter_rows()),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "load_average_1m_at_end": round(os.getloadavg()[0], 1),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
