@@ -8,7 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pairsieve import mine, mine_eval
+from pairsieve import mine, mine_eval, mine_filter
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.errors import PairsieveError
@@ -59,7 +59,7 @@ NV_MARGIN = 0.05  # NV-Retriever's TopK-PercPos; the filter tests below run with
 
 def mine_with(scores, positives, products=None, seed=13, **knobs):
     cfg = MineConfig(**{"num_negatives": 10, "relative_margin": NV_MARGIN, **knobs})
-    return mine.filter_candidates(*frames(scores, positives, products), cfg, seed)
+    return mine_filter.filter_candidates(*frames(scores, positives, products), cfg, seed)
 
 
 def test_positive_itself_is_same_listing_and_copies_are_same_product():
@@ -90,7 +90,7 @@ def test_relative_margin_0_05_keeps_95_percent_of_positive_and_is_the_default():
     kept, dropped = mine_with(scores, {("q", "p"): 0.9}, relative_margin=0.05)  # limit 0.855
     assert reasons(dropped) == {"inside": "margin"}
     assert kept_ids(kept) == ["outside"]
-    kept, _ = mine.filter_candidates(*frames(scores, {("q", "p"): 0.9}), MineConfig(), 13)
+    kept, _ = mine_filter.filter_candidates(*frames(scores, {("q", "p"): 0.9}), MineConfig(), 13)
     assert kept_ids(kept) == ["outside"]
 
 
@@ -168,7 +168,7 @@ def test_accounting_identity_and_reason_precedence():
     positives = {("q", "p"): 0.9}
     candidates, pos, prod = frames(scores, positives, {"b": "B", "b2": "B"})
     cfg = MineConfig(num_negatives=1, range_min=1, min_score=0.2, relative_margin=NV_MARGIN)
-    kept, dropped = mine.filter_candidates(candidates, pos, prod, cfg, 13)
+    kept, dropped = mine_filter.filter_candidates(candidates, pos, prod, cfg, 13)
     summary = mine.summarise(candidates, pos, kept, dropped, cfg)
     assert summary["considered"] == kept.height + sum(summary["dropped_by_reason"].values()) == 7
     # b is skipped by range_min before the one-per-product step, so b2 represents product B
@@ -198,11 +198,12 @@ def test_duplicate_guard_drops_unclustered_copies_and_refills():
         listings, pl.DataFrame({S.LISTING_ID: list(titles), S.PRODUCT_ID: list(titles)})
     )
     cfg = MineConfig(num_negatives=2)
-    kept, dropped = mine.filter_candidates(candidates, pos, info, cfg, 13)
+    kept, dropped = mine_filter.filter_candidates(candidates, pos, info, cfg, 13)
     assert reasons(dropped) == {"copy": "possible_duplicate", "other": "not_sampled"}
     assert kept_ids(kept) == ["bigger", "plus"]  # a capacity and a variant word tell them apart
     off = cfg.model_copy(update={"duplicate_guard_jaccard": None})
-    assert kept_ids(mine.filter_candidates(candidates, pos, info, off, 13)[0]) == ["copy", "bigger"]
+    unguarded = mine_filter.filter_candidates(candidates, pos, info, off, 13)[0]
+    assert kept_ids(unguarded) == ["copy", "bigger"]
 
 
 def random_case():
@@ -232,12 +233,12 @@ def test_output_is_identical_whatever_the_input_row_order(sampling):
     scores, positives, products = random_case()
     candidates, pos, prod = frames(scores, positives, products)
     cfg = MineConfig(num_negatives=5, sampling=sampling, range_min=1)
-    expected = mine.filter_candidates(candidates, pos, prod, cfg, 7)
+    expected = mine_filter.filter_candidates(candidates, pos, prod, cfg, 7)
     for seed in range(3):
         shuffled = [
             f.sample(fraction=1.0, shuffle=True, seed=seed) for f in (candidates, pos, prod)
         ]
-        got = mine.filter_candidates(*shuffled, cfg, 7)
+        got = mine_filter.filter_candidates(*shuffled, cfg, 7)
         assert got[0].equals(expected[0]) and got[1].equals(expected[1])
 
 
@@ -355,7 +356,7 @@ def test_run_with_the_real_model_never_returns_a_copy_of_the_positive(tiny, enco
     dropped = pl.read_parquet(folder / "mine" / S.NEGATIVES_DROPPED_FILE)
     assert result.balanced() and result.rows_out == kept.height
     assert result.rows_in == kept.height + dropped.height == 4 * len(CATALOG)
-    assert list(kept.columns) == list(mine._NEGATIVE_COLUMNS)
+    assert list(kept.columns) == list(mine_filter.NEGATIVE_COLUMNS)
     iphone = kept.filter(pl.col(S.QUERY) == "iphone 8 64gb")
     assert not set(iphone[S.NEGATIVE_LISTING_ID]) & {"l1", "l2", "l3"}
     assert reasons(dropped, "iphone 8 64gb")["l2"] == "same_product"
