@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import tempfile
 import time
@@ -88,13 +89,60 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
+# The steps of `cluster.run`, timed in wall and process-CPU seconds by `stage_only` (CPU
+# seconds count every thread; other agents share the cores, so wall time alone misleads).
+STEPS = {
+    "attributes": ("prepare", "node_table", "common_codes"),
+    "code_blocks": ("code_block_pairs",),
+    "signatures_lsh": ("minhash_pairs",),
+    "combine_verify": ("combine_candidates", "verify"),
+    "agglomerate": ("agglomerate",),
+    "write": ("products_frame", "pairs_frame"),
+}
+
+
+def _timed_steps() -> tuple[dict[str, list[float]], list[tuple[str, object]]]:
+    """Wrap the step functions of `pairsieve.cluster` (and its parquet writer) to sum their
+    [wall, cpu] seconds; returns the sums and the originals to restore."""
+    sums: dict[str, list[float]] = {step: [0.0, 0.0] for step in [*STEPS, "write"]}
+    saved = []
+
+    def wrap(step: str, fn):  # noqa: ANN001, ANN202
+        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sums[step][0] += time.perf_counter() - wall
+                sums[step][1] += time.process_time() - cpu
+
+        return timed
+
+    for step, names in STEPS.items():
+        for name in names:
+            saved.append((name, getattr(cluster, name)))
+            setattr(cluster, name, wrap(step, getattr(cluster, name)))
+    saved.append(("io", cluster.io))
+    cluster.io = argparse.Namespace(**vars(io))
+    cluster.io.write_parquet = wrap("write", io.write_parquet)
+    return sums, saved
+
+
 def stage_only(cfg: PairsieveConfig, catalog: pl.DataFrame, out: Path) -> None:
     """`cluster.run` alone (same results check: compare the printed sha256s across versions)."""
-    started = time.perf_counter()
-    result = cluster.run(cfg, catalog, out)
+    sums, saved = _timed_steps()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    try:
+        result = cluster.run(cfg, catalog, out)
+    finally:
+        for name, fn in saved:
+            setattr(cluster, name, fn)
     report = {
         "listings": len(catalog),
         "stage_s": round(time.perf_counter() - started, 1),
+        "stage_cpu_s": round(time.process_time() - cpu_started, 1),
+        "steps_wall_cpu_s": {k: [round(w, 1), round(c, 1)] for k, (w, c) in sums.items()},
+        "load_average": [round(x, 2) for x in os.getloadavg()],
         "stage_timings_s": result.timings,
         "candidate_pairs": result.details["candidate_pairs"],
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),

@@ -206,3 +206,94 @@ def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
         else:
             expected = text.assess(attrs[a], attrs[b])[0]
         assert reason == expected, (nodes[S.TITLE_NORM][a], nodes[S.TITLE_NORM][b])
+
+
+def _reference_agglomerate(counts: np.ndarray, scored: pl.DataFrame, threshold: float) -> list:
+    """The constrained average linkage as a plain Python heap-and-dict loop (the code
+    `merge_loop` replaced): every pair is a [weight, vetoed] cell, summed when repeated."""
+    import heapq
+
+    n = len(counts)
+    size = [float(c) for c in counts]
+    links: list[dict[int, list]] = [{} for _ in range(n)]
+    for a, b, score, ok, veto in scored.iter_rows():
+        w = score * float(counts[a]) * float(counts[b]) if ok else 0.0
+        for p, q in ((a, b), (b, a)):
+            cell = links[p].setdefault(q, [0.0, False])
+            cell[0] += w
+            cell[1] = cell[1] or veto is not None
+    parent = list(range(n))
+    heap = [
+        (-w / (size[x] * size[y]), x, y)
+        for x in range(n)
+        for y, (w, v) in links[x].items()
+        if x < y and not v and w / (size[x] * size[y]) >= threshold
+    ]
+    heapq.heapify(heap)
+    while heap:
+        neg, x, y = heapq.heappop(heap)
+        if parent[x] != x or parent[y] != y or y not in links[x]:
+            continue
+        w, v = links[x][y]
+        if v or abs(w / (size[x] * size[y]) + neg) > 1e-12:
+            continue
+        parent[y] = x
+        size[x] += size[y]
+        _reference_merge(x, y, links)
+        for z, (wz, vz) in links[x].items():
+            if not vz and wz / (size[x] * size[z]) >= threshold:
+                heapq.heappush(heap, (-wz / (size[x] * size[z]), min(x, z), max(x, z)))
+    return [_root(parent, node) for node in range(n)]
+
+
+def _reference_merge(x: int, y: int, links: list[dict[int, list]]) -> None:
+    """Fold y's cells into x's: weights summed, vetoes OR-ed, neighbours repointed."""
+    del links[x][y]
+    for z, (wz, vz) in links[y].items():
+        if z == x:
+            continue
+        cell = links[x].setdefault(z, [0.0, False])
+        cell[0] += wz
+        cell[1] = cell[1] or vz
+        del links[z][y]
+        links[z][x] = cell
+    links[y] = {}
+
+
+def _root(parent: list[int], node: int) -> int:
+    while parent[node] != node:
+        node = parent[node]
+    return node
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_merge_loop_equals_the_python_loop(seed: int) -> None:
+    """`agglomerate` (numpy + the numba `merge_loop`) labels random graphs exactly as the plain
+    Python loop: tied scores, listing counts, vetoes, repeated and reversed pairs, two-node
+    components."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 60))
+    m = int(rng.integers(1, 4 * n))
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = a != b
+    a, b = a[keep], b[keep]
+    if seed % 2:  # distinct pairs, as `verify` produces them
+        key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))
+        a, b = key // n, key % n
+    veto = rng.random(len(a)) < 0.15
+    accepted = ~veto & (rng.random(len(a)) < 0.7)
+    scored = pl.DataFrame(
+        {
+            "a": a.astype(np.int64),
+            "b": b.astype(np.int64),
+            "score": rng.choice([0.5, 2 / 3, 0.75, 0.8, 0.9, 1.0], len(a)),
+            S.ACCEPTED: accepted,
+            S.VETO_REASON: pl.Series(
+                [("bytes_conflict" if v else None) for v in veto], dtype=pl.String
+            ),
+        }
+    )
+    counts = rng.integers(1, 4, n).astype(np.uint32)
+    for threshold in (0.3, 0.5, 0.8):
+        want = _reference_agglomerate(counts, scored, threshold)
+        assert cluster.agglomerate(counts, scored, threshold).tolist() == want

@@ -107,3 +107,68 @@ def test_shared_code_overrides_marketing_words_not_quantities() -> None:
     assert text.conflict(a, b) is None
     c = attrs("hotpoint nm10944ww 8kg washing machine")
     assert text.conflict(a, c) == "mass_conflict"
+
+
+def _reference_attributes(title_norm: str) -> text.Attributes:
+    """`extract_attributes` without its per-token memo: the plain per-title loop."""
+    toks = text._split_glued(text.tokens(title_norm))
+    codes, models, numbers, quantities, variants, generations = (set() for _ in range(6))
+    for i, tok in enumerate(toks):
+        quantity = text._QUANTITY.match(tok)
+        generation = text._generation(tok, toks[i + 1] if i + 1 < len(toks) else "")
+        if tok in text._NETWORK:
+            continue
+        if generation:
+            generations.add(generation)
+        elif quantity:
+            unit_class, factor = text._UNIT_CLASS[quantity.group(2)]
+            quantities.add((unit_class, round(float(quantity.group(1)) * factor, 3)))
+        elif text._is_code(tok):
+            codes.add(tok)
+        elif text._NUMBER.match(tok):
+            numbers.add(tok)
+        elif text._ALNUM.match(tok):
+            models.add(tok)
+        elif tok in text.VARIANT_WORDS:
+            variants.add(tok)
+    return text.Attributes(
+        codes=frozenset(codes),
+        joined=frozenset(text._joined_codes(toks) - codes),
+        models=frozenset(models),
+        numbers=frozenset(numbers),
+        quantities=frozenset(quantities),
+        variants=frozenset(variants),
+        generations=frozenset(generations),
+        words=frozenset(t for t in toks if t not in text.COLOUR_WORDS),
+    )
+
+
+TRICKY = [
+    "sony rx100 mark ii",
+    "sony rx100 mk 4 mark",
+    "canon eos 5d mk4 body",
+    "samsung galaxy s8+ 64gb",
+    "samsung galaxy note8 note 8 4g lte",
+    "intel core i7-8700k 3.7ghz lga1151 i7-8700k",
+    "apple mq8n2b/a 55pus6503/12 x-1/ab",
+    "gnp 2713 55 uk6500 abc 1234 mark",
+    "p.1 2.5l 1.5tb 0.5 ... mark",
+    "iphone xs max 256gb 5g 4g lte",
+    "",
+    "mark",
+]
+
+
+def test_memoised_extraction_equals_the_plain_loop() -> None:
+    for title in TRICKY + [text.normalize(t) for t in TRICKY]:
+        assert text.extract_attributes(title) == _reference_attributes(title), title
+        assert text.extract_attributes(title) == _reference_attributes(title), title  # memo warm
+
+
+def test_memoised_extraction_on_real_titles(shared_data) -> None:
+    from pairsieve.datasets import pricerunner
+
+    titles = pricerunner.load_catalog(shared_data)
+    norm = titles.select(text.normalize_expr(pl.col("title")).unique().sort())["title"].to_list()
+    for title in norm[::3]:
+        assert text.extract_attributes(title) == _reference_attributes(title), title

@@ -25,9 +25,9 @@ score 0.000-0.058 pairwise F1.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -129,10 +129,16 @@ def code_block_pairs(attrs: list[text.Attributes], max_block: int) -> tuple[np.n
     """Node pairs sharing a model-code blocking key (`text.code_keys`); blocks over
     ``max_block`` titles are skipped."""
     rows, keys = [], []
+    keys_of: dict[str, set[str]] = {}  # code -> its keys, computed once per distinct code
     for node, attr in enumerate(attrs):
-        for key in {k for c in attr.codes | attr.joined for k in text.code_keys(c)}:
-            rows.append(node)
-            keys.append(key)
+        node_keys: set[str] = set()
+        for c in attr.codes | attr.joined:
+            found = keys_of.get(c)
+            if found is None:
+                found = keys_of[c] = text.code_keys(c)
+            node_keys |= found
+        rows.extend([node] * len(node_keys))
+        keys.extend(node_keys)
     if not rows:
         return np.empty((0, 2), np.int64), 0
     key_ids = pl.Series(keys).rank("dense").to_numpy().astype(np.int64)
@@ -276,11 +282,17 @@ class _AttributeColumns:
         first = order[head]
         inverse = np.empty(len(keys), dtype=np.int64)
         inverse[order] = np.cumsum(head) - 1
-        results = [
-            text.compare_codes(self.attrs[x], self.attrs[y])
-            for x, y in zip(ia[first].tolist(), ib[first].tolist(), strict=True)
-        ]
-        table = np.array(results, dtype=bool).reshape(-1, 2)
+        # In chunks, straight into a bool array: at 10^6 listings there are millions of
+        # distinct code-set pairs, and a list of result tuples held GBs at the stage's peak.
+        table = np.empty((len(first), 2), dtype=bool)
+        for start in range(0, len(first), _PAIR_CHUNK):
+            part = first[start : start + _PAIR_CHUNK]
+            results = (
+                text.compare_codes(self.attrs[x], self.attrs[y])
+                for x, y in zip(ia[part].tolist(), ib[part].tolist(), strict=True)
+            )
+            flat = np.fromiter(chain.from_iterable(results), dtype=bool, count=2 * len(part))
+            table[start : start + len(part)] = flat.reshape(-1, 2)
         shared[both] = table[inverse.ravel(), 0]
         conflicting[both] = table[inverse.ravel(), 1]
         return shared, conflicting
@@ -416,119 +428,46 @@ def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float)
     Linkage of clusters A, B = sum of accepted scores over cross pairs (weighted by listings per
     node) / (|A| * |B|); a vetoed cross pair blocks the merge for good. Clusters merge in
     descending linkage, ties by node index, so the result is deterministic and independent of
-    input order.
+    input order. The merge loop itself is `merge_loop.merge_loop` (compiled).
     """
+    from pairsieve.merge_loop import merge_loop
+
     n = len(counts)
-    # Python floats and lists, not numpy scalars, in the merge loop: the same IEEE doubles,
-    # several times faster to index one at a time.
-    size: list[float] = counts.astype(np.float64).tolist()
-    links: list[dict[int, list[float]]] = [{} for _ in range(n)]  # other -> [weight, vetoed]
     relevant, component = _relevant_pairs(n, scored)
     xs = relevant["a"].to_numpy().astype(np.int64)
     ys = relevant["b"].to_numpy().astype(np.int64)
     ok = relevant[S.ACCEPTED].to_numpy()
-    vetoed = relevant[S.VETO_REASON].to_numpy().astype(np.float64)
+    vetoed = relevant[S.VETO_REASON].to_numpy().astype(bool)
     weights = np.where(ok, relevant["score"].to_numpy() * counts[xs] * counts[ys], 0.0)
     lo, hi = np.minimum(xs, ys), np.maximum(xs, ys)
-    keys = np.sort((lo << 32) | hi)
-    repeated = bool(np.any(keys[1:] == keys[:-1]))
-    parent = list(range(n))
-    if not repeated:
-        # One cell per pair, so the initial linkages are computed column-wise. A component of
-        # two nodes holds exactly one (accepted) pair and nothing else can touch it: it merges
-        # iff that linkage reaches the threshold, as in the loop, so it skips the loop.
-        size0 = counts.astype(np.float64)
-        linkage = weights / (size0[xs] * size0[ys])
-        start = (vetoed == 0) & (linkage >= link_threshold)
-        two = np.bincount(component, minlength=n)[component[xs]] == 2
-        labels = np.arange(n)
-        labels[hi[two & start]] = lo[two & start]
-        parent = labels.tolist()
-        rest = ~two
-        xs, ys, weights, vetoed = xs[rest], ys[rest], weights[rest], vetoed[rest]
-        linkage, start, lo, hi = linkage[rest], start[rest], lo[rest], hi[rest]
-        heap = list(
-            zip((-linkage[start]).tolist(), lo[start].tolist(), hi[start].tolist(), strict=True)
-        )
-    if repeated:
-        _fill_links(links, xs, ys, weights, vetoed)
-    else:
-        _fill_distinct_links(links, xs, ys, weights, vetoed)
-    if repeated:
-        heap = [
-            (-w / (size[x] * size[y]), x, y)
-            for x in range(n)
-            for y, (w, v) in links[x].items()
-            if x < y and not v and w / (size[x] * size[y]) >= link_threshold
-        ]
-    heapq.heapify(heap)
-    # The unvetoed cells of `links` (the same list objects): only these can ever be pushed, so
-    # the loop after a merge skips the vetoed neighbours of a large cluster.
-    live = [{z: cell for z, cell in cells.items() if not cell[1]} for cells in links]
-    while heap:
-        neg, x, y = heapq.heappop(heap)
-        if parent[x] != x or parent[y] != y or y not in links[x]:
-            continue
-        w, v = links[x][y]
-        if v or abs(w / (size[x] * size[y]) + neg) > 1e-12:
-            continue  # stale entry: linkage changed since it was pushed
-        _merge(x, y, links, live, size, parent)
-        size_x = size[x]
-        for z, (wz, _) in live[x].items():
-            linkage_z = wz / (size_x * size[z])
-            if linkage_z >= link_threshold:
-                heapq.heappush(heap, (-linkage_z, min(x, z), max(x, z)))
-    return _resolve(np.asarray(parent, dtype=np.int64))
-
-
-def _fill_links(
-    links: list[dict[int, list[float]]],
-    xs: np.ndarray,
-    ys: np.ndarray,
-    weights: np.ndarray,
-    vetoed: np.ndarray,
-) -> None:
-    """Add each pair's [weight, vetoed] cell in both directions, summing weights and OR-ing
-    vetoes of a repeated pair."""
-    for x, y, w, v in zip(xs.tolist(), ys.tolist(), weights.tolist(), vetoed.tolist(), strict=True):
-        cell = links[x].get(y)
-        if cell is None:  # 0.0 + w == w: the same cell as accumulating from zero
-            links[x][y] = [w, v]
-            links[y][x] = [w, v]
-            continue
-        for p, q in ((x, y), (y, x)):
-            cell = links[p][q]
-            cell[0] += w
-            cell[1] = max(cell[1], v)
-
-
-def _fill_distinct_links(
-    links: list[dict[int, list[float]]],
-    xs: np.ndarray,
-    ys: np.ndarray,
-    weights: np.ndarray,
-    vetoed: np.ndarray,
-) -> None:
-    """`_fill_links` for distinct pairs, one node's dict at a time. Both directions of a pair
-    share one cell: equivalent, as `_merge` keeps the two directions equal (and repoints the
-    reverse direction at the merged cell anyway)."""
-    if not len(xs):
-        return
-    cells = [[w, v] for w, v in zip(weights.tolist(), vetoed.tolist(), strict=True)]
-    src = np.stack([xs, ys], axis=1).ravel()
-    dst = np.stack([ys, xs], axis=1).ravel()
-    order = np.argsort(src, kind="stable")  # per node, neighbours in pair order
-    src, dst = src[order], dst[order].tolist()
-    ordered_cells = [cells[i] for i in (order // 2).tolist()]
-    bounds = np.flatnonzero(np.r_[True, src[1:] != src[:-1], True]).tolist()
-    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
-        links[int(src[start])] = dict(zip(dst[start:end], ordered_cells[start:end], strict=True))
+    keys = (lo << 32) | hi
+    sorted_keys = np.sort(keys)
+    if np.any(sorted_keys[1:] == sorted_keys[:-1]):
+        # A repeated pair is one cell: weights summed in input order (np.add.at is unbuffered
+        # and sequential: ((w1 + w2) + w3), as the cell accumulated them), vetoes OR-ed.
+        unique, inverse = np.unique(keys, return_inverse=True)
+        summed = np.zeros(len(unique))
+        np.add.at(summed, inverse, weights)
+        any_veto = np.zeros(len(unique), dtype=bool)
+        np.logical_or.at(any_veto, inverse, vetoed)
+        lo, hi, weights, vetoed = unique >> 32, unique & 0xFFFFFFFF, summed, any_veto
+    size = counts.astype(np.float64)
+    # A component of two nodes holds exactly one cell and nothing else can touch it: it merges
+    # iff that cell is unvetoed and its linkage reaches the threshold, as in the loop.
+    two = np.bincount(component, minlength=n)[component[lo]] == 2
+    merges = two & ~vetoed & (weights / (size[lo] * size[hi]) >= link_threshold)
+    parent = np.arange(n, dtype=np.int64)
+    parent[hi[merges]] = lo[merges]
+    rest = ~two
+    ends = np.stack([lo[rest], hi[rest]], axis=1)
+    merge_loop(parent, size, ends, weights[rest], vetoed[rest], float(link_threshold))
+    return _resolve(parent)
 
 
 def _relevant_pairs(n: int, scored: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
     """Accepted pairs, and vetoed pairs inside one component of the accepted graph: a rejected
     pair adds nothing to a linkage and a veto across components can never be tested, so the
-    rest (most candidates) is dropped before the Python merge loop. Also returns the (n,)
+    rest (most candidates) is dropped before the merge loop. Also returns the (n,)
     component label of every node in the accepted graph."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
@@ -542,40 +481,6 @@ def _relevant_pairs(n: int, scored: pl.DataFrame) -> tuple[pl.DataFrame, np.ndar
     component = connected_components(graph, directed=False)[1]
     same = component[pairs["a"].to_numpy()] == component[pairs["b"].to_numpy()]
     return pairs.filter(pl.col(S.ACCEPTED) | (pl.col(S.VETO_REASON) & pl.Series(same))), component
-
-
-def _merge(
-    x: int,
-    y: int,
-    links: list[dict[int, list[float]]],
-    live: list[dict[int, list[float]]],
-    size: list[float],
-    parent: list[int],
-) -> None:
-    """Fold cluster y into x (x < y): sum cross weights, OR vetoes, repoint neighbours;
-    ``live`` keeps the unvetoed cells of ``links``."""
-    parent[y] = x
-    size[x] += size[y]
-    links[x].pop(y, None)
-    live[x].pop(y, None)
-    for z, (w, v) in links[y].items():
-        if z == x:
-            continue
-        cell = links[x].setdefault(z, [0.0, 0.0])
-        cell[0] += w
-        cell[1] = max(cell[1], v)
-        other = links[z]
-        other.pop(y, None)
-        other[x] = cell
-        live[z].pop(y, None)
-        if cell[1]:
-            live[x].pop(z, None)
-            live[z].pop(x, None)
-        else:
-            live[x][z] = cell
-            live[z][x] = cell
-    links[y] = {}
-    live[y] = {}
 
 
 def _resolve(parent: np.ndarray) -> np.ndarray:
@@ -679,11 +584,13 @@ def cluster_listings(
         found["embedding"] = knn_pairs(cfg, vectors)
         timings["embedding_s"] = time.perf_counter() - started - sum(timings.values())
     candidates = combine_candidates(found)
+    by_signal = {k: len(v) for k, v in found.items()}
+    del found  # the per-signal pair arrays (GBs at 1M listings) are in ``candidates`` now
     scored = verify(c, candidates, nodes, attrs, vectors)
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
     labels = agglomerate(nodes["count"].to_numpy(), scored, c.link_threshold)
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
-    details["candidates_by_signal"] = {k: len(v) for k, v in found.items()}
+    details["candidates_by_signal"] = by_signal
     details["candidate_pairs"] = len(scored)
     details["accepted_pairs"] = int(scored[S.ACCEPTED].sum())
     details["vetoes"] = dict(
@@ -717,55 +624,74 @@ def products_frame(result: Clustering) -> pl.DataFrame:
         .group_by("_label", maintain_order=True)
         .agg(pl.col(S.TITLE).first().alias(S.CANONICAL_TITLE))
     )
-    out = (
-        frame.join(canonical, on="_label", how="left")
-        .with_columns(
-            pl.col(S.LISTING_ID).min().over("_label").alias("_first"),
-            pl.len().over("_label").cast(pl.Int64).alias(S.CLUSTER_SIZE),
-        )
-        .with_columns(
-            pl.col("_first")
-            .map_elements(lambda x: "p" + S.stable_hash(x), return_dtype=pl.String)
-            .alias(S.PRODUCT_ID),
-            pl.when(pl.col(S.CLUSTER_SIZE) == 1)
-            .then(pl.lit("singleton"))
-            .when(pl.col("_edge_method").is_not_null())
-            .then(pl.col("_edge_method"))
-            .otherwise(pl.lit("exact"))
-            .alias(S.METHOD),
-        )
+    out = frame.join(canonical, on="_label", how="left").with_columns(
+        pl.col(S.LISTING_ID).min().over("_label").alias("_first"),
+        pl.len().over("_label").cast(pl.Int64).alias(S.CLUSTER_SIZE),
+    )
+    # One hash per product, not per listing.
+    firsts = out["_first"].unique()
+    ids = pl.DataFrame(
+        {"_first": firsts, S.PRODUCT_ID: ["p" + S.stable_hash(x) for x in firsts.to_list()]},
+        schema={"_first": pl.String, S.PRODUCT_ID: pl.String},
+    )
+    out = out.join(ids, on="_first", how="left").with_columns(
+        pl.when(pl.col(S.CLUSTER_SIZE) == 1)
+        .then(pl.lit("singleton"))
+        .when(pl.col("_edge_method").is_not_null())
+        .then(pl.col("_edge_method"))
+        .otherwise(pl.lit("exact"))
+        .alias(S.METHOD),
     )
     return out.select(S.LISTING_ID, S.PRODUCT_ID, S.CLUSTER_SIZE, S.CANONICAL_TITLE, S.METHOD).sort(
         S.LISTING_ID
     )
 
 
-def pairs_frame(result: Clustering) -> pl.DataFrame:
-    """pairs.parquet: every scored candidate (by representative listing), plus exact duplicates."""
+def pairs_frame(result: Clustering, consume: bool = False) -> pl.DataFrame:
+    """pairs.parquet: every scored candidate (by representative listing), plus exact duplicates,
+    sorted by (listing_a, listing_b). ``consume``: drop ``result.scored`` column by column
+    while building (it is the other copy of tens of millions of rows at 10^6 listings)."""
+    # Sorted by the listing ids' ranks (one int64 key per row) rather than by the two strings:
+    # the same order, as ``frame`` is sorted by listing id and no two rows share (listing_a,
+    # listing_b). Each output column is gathered once in that order, so the id strings are
+    # built once (not built, concatenated and sorted).
+    frame, scored = result.frame, result.scored
+    rank = frame[S.LISTING_ID].rank("dense").cast(pl.Int64).to_numpy()
+    frame_nodes = frame[_NODE].to_numpy().astype(np.int64)
+    node_rank = np.empty(len(result.nodes), dtype=np.int64)
+    nodes, first = np.unique(frame_nodes, return_index=True)  # first = smallest listing
+    node_rank[nodes] = rank[first]
+    a = scored["a"].to_numpy().astype(np.int64)
+    b = scored["b"].to_numpy().astype(np.int64)
+    exact = np.flatnonzero(rank != node_rank[frame_nodes])  # listings besides their node's rep
+    keys = np.concatenate(
+        [(node_rank[a] << 32) | node_rank[b], (node_rank[frame_nodes[exact]] << 32) | rank[exact]]
+    )
+    order = np.argsort(keys)
+    del keys
     reps = result.nodes[S.LISTING_ID]
-    scored = result.scored.with_columns(
-        reps.gather(result.scored["a"]).alias(S.LISTING_A),
-        reps.gather(result.scored["b"]).alias(S.LISTING_B),
-    )
-    exact = (
-        result.frame.join(
-            result.nodes.select(_NODE, pl.col(S.LISTING_ID).alias(S.LISTING_A)), on=_NODE
-        )
-        .filter(pl.col(S.LISTING_ID) != pl.col(S.LISTING_A))
-        .select(
-            S.LISTING_A,
-            pl.col(S.LISTING_ID).alias(S.LISTING_B),
-            pl.lit(1.0).alias(S.JACCARD),
-            pl.lit(1.0).alias(S.COSINE),
-            pl.lit("exact").alias(S.SIGNAL),
-            pl.lit(True).alias(S.ACCEPTED),
-            pl.lit(None, dtype=pl.String).alias(S.VETO_REASON),
-        )
-    )
-    columns = [S.LISTING_A, S.LISTING_B, S.JACCARD, S.COSINE, S.SIGNAL, S.ACCEPTED, S.VETO_REASON]
-    return pl.concat([scored.select(columns), exact], how="vertical_relaxed").sort(
-        S.LISTING_A, S.LISTING_B
-    )
+    ids = pl.concat([reps, frame[S.LISTING_ID]])  # node reps, then every listing
+    columns = [
+        reps.gather(np.concatenate([a, frame_nodes[exact]])[order]).alias(S.LISTING_A),
+        ids.gather(np.concatenate([b, len(reps) + exact])[order]).alias(S.LISTING_B),
+    ]
+    del a, b
+    rest = [
+        (S.JACCARD, 1.0, pl.Float64),
+        (S.COSINE, 1.0, pl.Float64),
+        (S.SIGNAL, "exact", pl.String),
+        (S.ACCEPTED, True, pl.Boolean),
+        (S.VETO_REASON, None, pl.String),
+    ]
+    sources = {name: scored[name] for name, _, _ in rest}
+    if consume:
+        result.scored = scored = None
+    for name, exact_value, dtype in rest:
+        filler = pl.repeat(exact_value, len(exact), dtype=dtype, eager=True).alias(name)
+        both = pl.concat([sources.pop(name).cast(dtype), filler], rechunk=False)
+        columns.append(both.gather(order))
+        del both
+    return pl.DataFrame(columns)
 
 
 def read_listings(path: Path, cfg: PairsieveConfig) -> pl.DataFrame:
@@ -800,10 +726,14 @@ def run(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     io.write_parquet(products, out_dir / S.PRODUCTS_FILE)
-    io.write_parquet(pairs_frame(result), out_dir / S.PAIRS_FILE)
+    found = result.details
+    pairs = pairs_frame(result, consume=True)
+    del result
+    io.write_parquet(pairs, out_dir / S.PAIRS_FILE)
+    del pairs
     sizes = products.group_by(S.PRODUCT_ID).len()
     details = {
-        **result.details,
+        **found,
         "products": len(sizes),
         "largest_cluster": int(sizes["len"].max()) if len(sizes) else 0,
         "methods": dict(sorted(products[S.METHOD].value_counts().iter_rows())),

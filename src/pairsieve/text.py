@@ -191,9 +191,14 @@ COLOUR_WORDS = frozenset(
 
 def tokens(title_norm: str) -> list[str]:
     """Word tokens of a normalised title; hyphenated codes joined ("i7-8700k" -> "i78700k")."""
-    text = _REGION_SUFFIX.sub(r"\1", title_norm)
-    text = _PLUS.sub(" plus", text)
-    text = _HYPHEN_CODE.sub(r"\1\2", text)
+    text = title_norm
+    # Each pattern needs its character; most titles have none, so skip the regex call.
+    if "/" in text:
+        text = _REGION_SUFFIX.sub(r"\1", text)
+    if "+" in text:
+        text = _PLUS.sub(" plus", text)
+    if "-" in text:
+        text = _HYPHEN_CODE.sub(r"\1\2", text)
     out = []
     for tok in _SPLIT.split(text):
         tok = tok.strip(".")
@@ -202,7 +207,7 @@ def tokens(title_norm: str) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Attributes:
     """What a title says about its product, beyond its words.
 
@@ -300,38 +305,118 @@ def _split_glued(toks: list[str]) -> list[str]:
     return out
 
 
+# Per-token memo of `extract_attributes` (issue 3 throughput): a catalog repeats a few thousand
+# distinct tokens across ~10^5-10^6 titles, so each token is split, classified and each
+# adjacent pair joined once. The cached values are what the plain functions return.
+_MEMO_LIMIT = 1 << 20
+_SPLIT_MEMO: dict[str, tuple[str, ...]] = {}
+_KIND_MEMO: dict[str, tuple[int, object]] = {}
+_JOIN_MEMO: dict[tuple[str, str], str | None] = {}
+_SKIP, _GENERATION, _QUANTITY_KIND, _CODE, _NUMBER_KIND, _MODEL, _VARIANT, _NONE = range(8)
+
+
+_EMPTY: frozenset = frozenset()
+_SET_MEMO: dict[frozenset, frozenset] = {}
+
+
+def _shared(items: set, intern: bool = True) -> frozenset:
+    """``frozenset(items)``, one shared object per distinct small set (an empty frozenset is
+    216 bytes, and most titles repeat a few model, number and quantity sets): the memory of
+    ~10^6 titles' attributes, not their values."""
+    if not items:
+        return _EMPTY
+    out = frozenset(items)
+    if not intern:
+        return out
+    if len(_SET_MEMO) > _MEMO_LIMIT:
+        _SET_MEMO.clear()
+    return _SET_MEMO.setdefault(out, out)
+
+
+def _split_token(tok: str) -> tuple[str, ...]:
+    """`_split_glued` of one token."""
+    out = _SPLIT_MEMO.get(tok)
+    if out is None:
+        if len(_SPLIT_MEMO) > _MEMO_LIMIT:
+            _SPLIT_MEMO.clear()
+        out = _SPLIT_MEMO[tok] = tuple(_split_glued([tok]))
+    return out
+
+
+def _classify(tok: str) -> tuple[int, object]:
+    """What `extract_attributes` records for a token other than "mark" / "mk" (whose
+    generation depends on the next token): (kind, value)."""
+    quantity = _QUANTITY.match(tok)
+    generation = _generation(tok, "")
+    if tok in _NETWORK:
+        return _SKIP, None
+    if generation:
+        return _GENERATION, generation
+    if quantity:
+        unit_class, factor = _UNIT_CLASS[quantity.group(2)]
+        return _QUANTITY_KIND, (unit_class, round(float(quantity.group(1)) * factor, 3))
+    if _is_code(tok):
+        return _CODE, tok
+    if _NUMBER.match(tok):
+        return _NUMBER_KIND, tok
+    if _ALNUM.match(tok):
+        return _MODEL, tok
+    if tok in VARIANT_WORDS:
+        return _VARIANT, tok
+    return _NONE, None
+
+
+def _joined_pair(left: str, right: str) -> str | None:
+    """The code `_joined_codes` forms from one adjacent pair, or None."""
+    key = (left, right)
+    if key in _JOIN_MEMO:
+        return _JOIN_MEMO[key]
+    if len(_JOIN_MEMO) > _MEMO_LIMIT:
+        _JOIN_MEMO.clear()
+    joined = _joined_codes([left, right])
+    out = _JOIN_MEMO[key] = next(iter(joined)) if joined else None
+    return out
+
+
 def extract_attributes(title_norm: str) -> Attributes:
     """Attributes of one normalised title (see `Attributes`)."""
-    toks = _split_glued(tokens(title_norm))
+    toks: list[str] = []
+    for tok in tokens(title_norm):
+        parts = _SPLIT_MEMO.get(tok)
+        toks += _split_token(tok) if parts is None else parts
     codes, models, numbers, quantities = set(), set(), set(), set()
     variants, generations = set(), set()
+    sets = (None, generations, quantities, codes, numbers, models, variants, None)
+    last = len(toks) - 1
     for i, tok in enumerate(toks):
-        quantity = _QUANTITY.match(tok)
-        generation = _generation(tok, toks[i + 1] if i + 1 < len(toks) else "")
-        if tok in _NETWORK:
+        if tok == "mark" or tok == "mk":
+            generation = _generation(tok, toks[i + 1] if i < last else "")
+            if generation:
+                generations.add(generation)
             continue
-        if generation:
-            generations.add(generation)
-        elif quantity:
-            unit_class, factor = _UNIT_CLASS[quantity.group(2)]
-            quantities.add((unit_class, round(float(quantity.group(1)) * factor, 3)))
-        elif _is_code(tok):
-            codes.add(tok)
-        elif _NUMBER.match(tok):
-            numbers.add(tok)
-        elif _ALNUM.match(tok):
-            models.add(tok)
-        elif tok in VARIANT_WORDS:
-            variants.add(tok)
+        kind = _KIND_MEMO.get(tok)
+        if kind is None:
+            if len(_KIND_MEMO) > _MEMO_LIMIT:
+                _KIND_MEMO.clear()
+            kind = _KIND_MEMO[tok] = _classify(tok)
+        target = sets[kind[0]]
+        if target is not None:
+            target.add(kind[1])
+    memo = _JOIN_MEMO
+    joined = {
+        memo[pair] if pair in memo else _joined_pair(*pair)
+        for pair in zip(toks, toks[1:], strict=False)
+    }
+    joined.discard(None)
     words = frozenset(t for t in toks if t not in COLOUR_WORDS)
     return Attributes(
-        codes=frozenset(codes),
-        joined=frozenset(_joined_codes(toks) - codes),
-        models=frozenset(models),
-        numbers=frozenset(numbers),
-        quantities=frozenset(quantities),
-        variants=frozenset(variants),
-        generations=frozenset(generations),
+        codes=_shared(codes, intern=False),
+        joined=_shared(joined - codes, intern=False),
+        models=_shared(models),
+        numbers=_shared(numbers),
+        quantities=_shared(quantities),
+        variants=_shared(variants),
+        generations=_shared(generations),
         words=words,
     )
 
