@@ -49,6 +49,15 @@ def test_codes_split_hyphenated_and_spaced() -> None:
     assert "rsaav22p1" in attrs("hotpoint rsaav22p.1 fridge white").codes
 
 
+def test_hyphenated_code_groups_match_their_glued_spelling() -> None:
+    # Abt-Buy: one seller writes "DAV-HDX279WC", "CLI-8Y", the other "DAVHDX279WC", "CLI8Y"
+    assert attrs("sony dav-hdx279wc home theater").codes == attrs("sony davhdx279wc").codes
+    assert attrs("canon cli-8y ink").models == attrs("canon yellow ink - cli8y").models == {"cli8y"}
+    assert "mb15bluseev2" in attrs("speck case mb15-blu-see-v2").codes
+    # a group without a part mixing letters and digits is left alone
+    assert text.tokens("sony 5-disc wi-fi changer") == ["sony", "5", "disc", "wi", "fi", "changer"]
+
+
 def test_tb_and_gb_compare_as_one_unit() -> None:
     assert attrs("seagate 1tb drive").quantities == attrs("seagate 1000 gb drive").quantities
 

@@ -155,11 +155,26 @@ class ClusterConfig(_Section):
     min_cosine: float = Field(
         0.8, ge=-1, le=1, description="Embedding neighbours below this cosine are not candidates."
     )
+    verifier: Literal["learned", "rule"] = Field(
+        "learned",
+        description="How an unvetoed candidate is accepted: 'learned' = the shipped logistic "
+        "regression over pair features (pairsieve/verifier.json, refit by "
+        "benchmarks/fit_verifier.py; its probability is the pair's linkage score), 'rule' = the "
+        "hand-set accept_cosine / accept_jaccard / accept_jaccard_alone / code_min_cosine rule "
+        "(cosine or 1.0 for a shared code is the score). Without embeddings the rule decides.",
+    )
+    accept_probability: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="With the learned verifier, an unvetoed pair is accepted at this probability "
+        "or more; the average-linkage guard (link_threshold) then decides the clusters.",
+    )
     accept_cosine: float = Field(
         0.9,
         ge=-1,
         le=1,
-        description="A candidate without a shared model code is accepted at "
+        description="Rule verifier: a candidate without a shared model code is accepted at "
         "this cosine (with accept_jaccard), unless an attribute vetoes it.",
     )
     accept_jaccard: float = Field(
@@ -179,13 +194,14 @@ class ClusterConfig(_Section):
         description="A shared model code is accepted only at this cosine or more, so one code "
         "reused across categories (a CPU and a dishwasher both 'g4620') does not merge them.",
     )
-    link_threshold: float = Field(
-        0.5,
+    link_threshold: float | None = Field(
+        None,
         gt=0,
         le=1,
         description="Average linkage two clusters need to merge: mean accepted-pair score over "
         "all their cross pairs (missing pairs count 0), so a single bridge pair cannot chain "
-        "two products together.",
+        "two products together. None = 0.3 with the learned verifier (its probabilities run "
+        "lower than the rule's cosines) and 0.5 with the rule (also without embeddings).",
     )
 
 

@@ -102,6 +102,10 @@ _NUMBER = re.compile(r"^\d+(?:\.\d+)?$")
 _ALNUM = re.compile(r"^(?=.*[a-z])(?=.*\d)[a-z0-9]+$")
 _SPLIT = re.compile(r"[^a-z0-9.+\"]+")
 _HYPHEN_CODE = re.compile(r"\b([a-z0-9]*\d[a-z0-9]*)-(?=[a-z0-9]*\d)([a-z0-9]+)\b")
+# "dav-hdx279wc", "cli-8y", "mb15-blu-see-v2": a hyphenated group with a part mixing letters
+# and digits is one model code, which other sellers write glued ("davhdx279wc", "cli8y").
+_HYPHEN_GROUP = re.compile(r"\b[a-z0-9]+(?:-[a-z0-9]+)+\b")
+_MIXED_PART = re.compile(r"^(?=.*[a-z])(?=.*\d)")
 # "55pus6503/12" and "mq8n2b/a": a short suffix after "/" is a region code, not a token.
 _REGION_SUFFIX = re.compile(r"\b([a-z]*\d[a-z0-9]*)/[a-z0-9]{1,3}\b")
 # "s8+" is "s8 plus"; a trailing "+" on a word is a variant marker, not punctuation.
@@ -189,6 +193,11 @@ COLOUR_WORDS = frozenset(
 )
 
 
+def _join_mixed_group(match: re.Match[str]) -> str:
+    parts = match.group(0).split("-")
+    return "".join(parts) if any(_MIXED_PART.match(p) for p in parts) else match.group(0)
+
+
 def tokens(title_norm: str) -> list[str]:
     """Word tokens of a normalised title; hyphenated codes joined ("i7-8700k" -> "i78700k")."""
     text = title_norm
@@ -199,6 +208,7 @@ def tokens(title_norm: str) -> list[str]:
         text = _PLUS.sub(" plus", text)
     if "-" in text:
         text = _HYPHEN_CODE.sub(r"\1\2", text)
+        text = _HYPHEN_GROUP.sub(_join_mixed_group, text)
     out = []
     for tok in _SPLIT.split(text):
         tok = tok.strip(".")

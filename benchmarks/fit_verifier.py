@@ -1,0 +1,186 @@
+"""Refit the learned pair verifier (src/pairsieve/verifier.json) and measure how it generalises.
+
+Labels: PriceRunner's ground truth (a candidate node pair is positive when both titles' majority
+product is the same). Pairs an attribute vetoes are left out, as vetoes stay hard at run time.
+Logistic regression (scikit-learn, L2, C=1) on standardised features, stored unstandardised.
+
+Generalisation checks, printed as markdown:
+- category split: fit the coefficients and pick (accept_probability, link_threshold) on five
+  PriceRunner categories, measure on the other five, both ways, beside the rule verifier;
+- zero-shot: the model fitted on all of PriceRunner, applied unchanged to Abt-Buy.
+
+Usage: python benchmarks/fit_verifier.py --data-root /work/shared/data [--write]
+(without --write the shipped verifier.json is left untouched; the measurement always runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pairsieve import cluster, evaluate, verifier
+from pairsieve import schemas as S
+from pairsieve.config import PairsieveConfig
+
+HALF_A = ("Mobile Phones", "TVs", "CPUs", "Digital Cameras", "Microwaves")
+PROBABILITIES = (0.3, 0.4, 0.5)
+LINKS = (0.2, 0.3, 0.4)
+
+
+class Run:
+    """One clustering run's candidates, features, labels and category per node."""
+
+    def __init__(self, cfg: PairsieveConfig, catalog: pl.DataFrame) -> None:
+        started = time.perf_counter()
+        self.features: dict[str, np.ndarray] = {}
+        truth = dict(zip(catalog[S.LISTING_ID], catalog[S.TRUE_PRODUCT_ID], strict=True))
+        hidden = catalog.drop(S.TRUE_PRODUCT_ID, S.TRUE_PRODUCT_NAME, strict=False)
+        self.result = cluster.cluster_listings(cfg, hidden, features=self.features)
+        self.seconds = time.perf_counter() - started
+        ids = self.result.frame[S.LISTING_ID].to_list()
+        self.truth = [truth[x] for x in ids]
+        nodes = self.result.frame["_node"].to_numpy()
+        self.node_truth = _majority(nodes, self.truth)
+        scored = self.result.scored
+        self.a, self.b = scored["a"].to_numpy(), scored["b"].to_numpy()
+        self.label = self.node_truth[self.a] == self.node_truth[self.b]
+        self.vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
+        self.category = None
+        if S.CATEGORY in catalog.columns:
+            cats = dict(zip(catalog[S.LISTING_ID], catalog[S.CATEGORY], strict=True))
+            self.listing_half = np.isin([cats[x] for x in ids], HALF_A)
+            self.category = _majority(nodes, [cats[x] in HALF_A for x in ids])
+
+    def matrix(self, names: tuple[str, ...]) -> np.ndarray:
+        return np.column_stack([self.features[n].astype(np.float64) for n in names])
+
+    def scores(self, p: np.ndarray, accept: float, link: float, mask: np.ndarray | None = None):
+        """Scores of clustering with pair probabilities ``p`` (listings in ``mask`` only)."""
+        scored = self.result.scored.with_columns(
+            pl.Series("score", p), pl.Series(S.ACCEPTED, ~self.vetoed & (p >= accept))
+        )
+        labels = cluster.agglomerate(self.result.nodes["count"].to_numpy(), scored, link)
+        listing = labels[self.result.frame["_node"].to_numpy()]
+        truth = np.asarray(self.truth, dtype=object)
+        if mask is not None:
+            listing, truth = listing[mask], truth[mask]
+        return evaluate.score(listing.tolist(), truth.tolist())
+
+    def rule_scores(self, mask: np.ndarray | None = None):
+        """Scores of the rule verifier's clusters (this run was made with it)."""
+        listing = self.result.listing_labels()
+        truth = np.asarray(self.truth, dtype=object)
+        if mask is not None:
+            listing, truth = listing[mask], truth[mask]
+        return evaluate.score(listing.tolist(), truth.tolist())
+
+
+def _majority(nodes: np.ndarray, values: list) -> np.ndarray:
+    """(n_nodes,) most frequent value per node (ties: smallest)."""
+    frame = pl.DataFrame({"n": nodes, "v": [str(v) for v in values]})
+    top = (
+        frame.group_by("n", "v")
+        .len()
+        .sort("n", "len", "v", descending=[False, True, False])
+        .group_by("n", maintain_order=True)
+        .agg(pl.col("v").first())
+        .sort("n")
+    )
+    return np.asarray(top["v"].to_list(), dtype=object)
+
+
+def fit(x: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> verifier.PairModel:
+    """L2 logistic regression on standardised features, returned on the raw feature scale."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(x)
+    model = LogisticRegression(C=1.0, max_iter=5000).fit(scaler.transform(x), y)
+    coef = model.coef_[0] / scaler.scale_
+    intercept = float(model.intercept_[0] - np.sum(coef * scaler.mean_))
+    return verifier.PairModel(names, coef, intercept)
+
+
+def fit_run(run: Run, names: tuple[str, ...], pairs: np.ndarray | None = None):
+    keep = ~run.vetoed if pairs is None else ~run.vetoed & pairs
+    return fit(run.matrix(names)[keep], run.label[keep], names)
+
+
+def _row(s) -> str:
+    return (
+        f"{s.pairwise_precision:.3f} | {s.pairwise_recall:.3f} | **{s.pairwise_f1:.3f}** | "
+        f"{s.bcubed_precision:.3f} | {s.bcubed_recall:.3f} | **{s.bcubed_f1:.3f}**"
+    )
+
+
+def category_split(run: Run, names: tuple[str, ...]) -> list[str]:
+    """Markdown rows: fit on one half of the categories (coefficients, accept_probability and
+    link_threshold), measure on the other half, beside the rule verifier on that half."""
+    rows = []
+    for fit_half, other in (("A", "B"), ("B", "A")):
+        pair_half = (run.category == "True") if fit_half == "A" else (run.category == "False")
+        in_fit = pair_half[run.a] & pair_half[run.b]
+        model = fit_run(run, names, in_fit)
+        p = model.probability(run.features)
+        fit_mask = run.listing_half if fit_half == "A" else ~run.listing_half
+        best = max(
+            ((t, k) for t in PROBABILITIES for k in LINKS),
+            key=lambda tk: run.scores(p, tk[0], tk[1], fit_mask).pairwise_f1,
+        )
+        measured = run.scores(p, best[0], best[1], ~fit_mask)
+        rows.append(f"| {fit_half} | {other} | learned ({best[0]}, {best[1]}) | {_row(measured)} |")
+        rows.append(
+            f"| {fit_half} | {other} | rule (defaults) | {_row(run.rule_scores(~fit_mask))} |"
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--write", action="store_true", help="overwrite verifier.json")
+    args = parser.parse_args()
+    from pairsieve.datasets import abtbuy, pricerunner
+
+    base = PairsieveConfig()
+    rule = base.with_(**{"cluster.verifier": "rule"})
+    pr = pricerunner.load_catalog(args.data_root)
+    ab = abtbuy.load_catalog(args.data_root)
+    lines = [
+        "| fit on | measured on | verifier (accept_p, link) | pair P | pair R | pair F1 "
+        "| B3 P | B3 R | B3 F1 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    run_pr, run_ab = Run(rule, pr), Run(rule, ab)
+    names = tuple(run_pr.features)
+    model = fit_run(run_pr, names)
+    print(f"coefficients: {dict(zip(names, model.coef.round(3).tolist(), strict=True))}")
+    print(f"PriceRunner run {run_pr.seconds:.0f} s, Abt-Buy {run_ab.seconds:.0f} s")
+    print("\n".join([*lines, *category_split(run_pr, names)]))
+    p_ab = model.probability(run_ab.features)
+    ab_learned = run_ab.scores(
+        p_ab, base.cluster.accept_probability, cluster.resolved_link_threshold(base.cluster)
+    )
+    print(f"| PriceRunner (all) | Abt-Buy | learned (defaults) | {_row(ab_learned)} |")
+    print(f"| - | Abt-Buy | rule (defaults) | {_row(run_ab.rule_scores())} |")
+    if args.write:
+        doc = {
+            "description": "Logistic regression P(same product) per candidate pair on raw "
+            "features; refit by benchmarks/fit_verifier.py on PriceRunner candidate pairs "
+            "(attribute-vetoed pairs excluded), L2 C=1 on standardised features.",
+            "features": list(model.features),
+            "coef": [round(float(c), 6) for c in model.coef],
+            "intercept": round(model.intercept, 6),
+            "fitted_pairs": int((~run_pr.vetoed).sum()),
+        }
+        verifier.MODEL_FILE.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {verifier.MODEL_FILE}")
+
+
+if __name__ == "__main__":
+    main()
