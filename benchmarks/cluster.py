@@ -89,8 +89,9 @@ def main() -> None:
     print(json.dumps(report, indent=2))
 
 
-# The steps of `cluster.run`, timed in wall and process-CPU seconds by `stage_only` (CPU
-# seconds count every thread; other agents share the cores, so wall time alone misleads).
+# The steps of `cluster.run`, timed in wall and CPU seconds by `stage_only` (CPU seconds
+# count every thread and the forked workers of `cluster._in_two_processes`; other agents
+# share the cores, so wall time alone misleads).
 STEPS = {
     "attributes": ("prepare", "node_table", "common_codes"),
     "code_blocks": ("code_block_pairs",),
@@ -101,6 +102,12 @@ STEPS = {
 }
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process (all threads) and of its finished child processes."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def _timed_steps() -> tuple[dict[str, list[float]], list[tuple[str, object]]]:
     """Wrap the step functions of `pairsieve.cluster` (and its parquet writer) to sum their
     [wall, cpu] seconds; returns the sums and the originals to restore."""
@@ -109,12 +116,12 @@ def _timed_steps() -> tuple[dict[str, list[float]], list[tuple[str, object]]]:
 
     def wrap(step: str, fn):  # noqa: ANN001, ANN202
         def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, cpu = time.perf_counter(), _cpu_seconds()
             try:
                 return fn(*args, **kwargs)
             finally:
                 sums[step][0] += time.perf_counter() - wall
-                sums[step][1] += time.process_time() - cpu
+                sums[step][1] += _cpu_seconds() - cpu
 
         return timed
 
@@ -131,7 +138,7 @@ def _timed_steps() -> tuple[dict[str, list[float]], list[tuple[str, object]]]:
 def stage_only(cfg: PairsieveConfig, catalog: pl.DataFrame, out: Path) -> None:
     """`cluster.run` alone (same results check: compare the printed sha256s across versions)."""
     sums, saved = _timed_steps()
-    started, cpu_started = time.perf_counter(), time.process_time()
+    started, cpu_started = time.perf_counter(), _cpu_seconds()
     try:
         result = cluster.run(cfg, catalog, out)
     finally:
@@ -140,12 +147,20 @@ def stage_only(cfg: PairsieveConfig, catalog: pl.DataFrame, out: Path) -> None:
     report = {
         "listings": len(catalog),
         "stage_s": round(time.perf_counter() - started, 1),
-        "stage_cpu_s": round(time.process_time() - cpu_started, 1),
+        "stage_cpu_s": round(_cpu_seconds() - cpu_started, 1),
         "steps_wall_cpu_s": {k: [round(w, 1), round(c, 1)] for k, (w, c) in sums.items()},
+        # The issue's "MinHash path": every step but writing the parquet files.
+        "minhash_path_wall_cpu_s": [
+            round(sum(v[i] for k, v in sums.items() if k != "write"), 1) for i in (0, 1)
+        ],
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "stage_timings_s": result.timings,
         "candidate_pairs": result.details["candidate_pairs"],
         "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        # The largest forked worker (its pages are shared with the parent until written).
+        "worker_peak_rss_gb": round(
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2
+        ),
         "sha256": {p.name: io.sha256_file(p) for p in sorted(out.glob("*.parquet"))},
     }
     print(json.dumps(report, indent=2))

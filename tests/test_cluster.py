@@ -297,3 +297,75 @@ def test_compiled_merge_loop_equals_the_python_loop(seed: int) -> None:
     for threshold in (0.3, 0.5, 0.8):
         want = _reference_agglomerate(counts, scored, threshold)
         assert cluster.agglomerate(counts, scored, threshold).tolist() == want
+
+
+def test_in_two_processes_is_ordered_and_reports_failures() -> None:
+    """The fork helper returns both halves in order, and a failing half raises (no hang)."""
+    squares = cluster._in_two_processes(lambda lo, hi: [i * i for i in range(lo, hi)], 50_001)
+    assert len(squares) == 2
+    assert [x for half in squares for x in half] == [i * i for i in range(50_001)]
+    assert cluster._in_two_processes(lambda lo, hi: (lo, hi), 10) == [(0, 10)]
+
+    def fail_in_child(lo: int, hi: int) -> int:
+        if lo > 0:
+            raise ValueError("child")
+        return 0
+
+    with pytest.raises(RuntimeError, match="forked worker failed"):
+        cluster._in_two_processes(fail_in_child, 50_000)
+
+    def fail_in_parent(lo: int, hi: int) -> bytes:
+        if lo == 0:
+            raise ValueError("parent")
+        return b"x" * (1 << 20)  # more than a pipe buffer: the child blocks until read
+
+    with pytest.raises(ValueError, match="parent"):
+        cluster._in_two_processes(fail_in_parent, 50_000)
+
+
+def test_forked_workers_give_byte_identical_outputs(tmp_path, monkeypatch) -> None:
+    """Attributes and code comparisons split over a forked child change no output byte."""
+    from pairsieve import io
+    from pairsieve.datasets.synth import catalog_chunk
+
+    frame = catalog_chunk(0, 700, 700, 0).head(3000).drop(S.TRUE_PRODUCT_ID)
+    cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False})
+    hashes = []
+    for label, threshold in (("alone", 10**9), ("forked", 1)):
+        monkeypatch.setattr(cluster, "_FORK_MIN_ITEMS", threshold)
+        cluster.run(cfg, frame, tmp_path / label)
+        hashes.append(
+            [io.sha256_file(tmp_path / label / f) for f in (S.PRODUCTS_FILE, S.PAIRS_FILE)]
+        )
+    assert hashes[0] == hashes[1]
+
+
+def test_code_block_pairs_equal_brute_force() -> None:
+    """Every node pair sharing a blocking key of a block of at most max_block nodes."""
+    from pairsieve import text
+
+    rng = np.random.default_rng(0)
+    codes = ["ue55nu8000", "ue55nu8000txxu", "55nu8000", "ue65nu8000", "kx1234ab", "x12345", "ab12"]
+    for max_block in (2, 3, 5, 50):
+        attrs = [
+            text.extract_attributes(" ".join(rng.choice(codes, size=rng.integers(0, 3))))
+            for _ in range(40)
+        ]
+        keys = [set().union(*(text.code_keys(c) for c in a.codes | a.joined)) for a in attrs]
+        members: dict[str, list[int]] = {}
+        for node, node_keys in enumerate(keys):
+            for key in node_keys:
+                members.setdefault(key, []).append(node)
+        expected = sorted(
+            {
+                (x, y)
+                for nodes in members.values()
+                if len(nodes) <= max_block
+                for i, x in enumerate(nodes)
+                for y in nodes[i + 1 :]
+            }
+        )
+        skipped = sum(len(nodes) > max_block for nodes in members.values())
+        pairs, n_skipped = cluster.code_block_pairs(attrs, max_block)
+        assert [tuple(p) for p in pairs.tolist()] == expected
+        assert n_skipped == skipped

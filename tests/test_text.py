@@ -181,3 +181,39 @@ def test_memoised_extraction_on_real_titles(shared_data) -> None:
     norm = titles.select(text.normalize_expr(pl.col("title")).unique().sort())["title"].to_list()
     for title in norm[::3]:
         assert text.extract_attributes(title) == _reference_attributes(title), title
+
+
+def test_code_keys_equal_the_plain_definition() -> None:
+    """`code_keys` (digit positions) equals its definition: the code, every 6-char stretch
+    holding a digit, and the digit core when >= 4 chars; on random letter/digit strings."""
+    import random
+
+    def plain(code: str) -> set[str]:
+        keys = {code}
+        keys.update(
+            code[i : i + 6] for i in range(len(code) - 5) if any(map(str.isdigit, code[i : i + 6]))
+        )
+        if any(map(str.isdigit, code)):
+            core = text.code_core(code)
+            if len(core) >= 4:
+                keys.add(core)
+        return keys
+
+    rng = random.Random(0)
+    codes = ["", "a", "abcdefghij", "ue55nu8000txxu", "1abcdefgh2", "ab\u00b2cdefghi1"]
+    codes += [
+        "".join(rng.choice("ab1\u00b2x") for _ in range(rng.randint(0, 16))) for _ in range(3000)
+    ]
+    for code in codes:
+        assert text.code_keys(code) == plain(code), code
+
+
+def test_attributes_pickle_round_trip() -> None:
+    """`Attributes` pickle as their field values (sent back by `cluster`'s forked worker)."""
+    import pickle
+
+    for title in ("samsung ue55nu8000 55 8 series", "apple iphone 8 plus 64gb", "washing machine"):
+        attrs = text.extract_attributes(title)
+        back = pickle.loads(pickle.dumps(attrs, protocol=pickle.HIGHEST_PROTOCOL))
+        assert back == attrs
+        assert back.informative == attrs.informative

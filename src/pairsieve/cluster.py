@@ -28,10 +28,13 @@ score 0.000-0.058 pairwise F1.
 from __future__ import annotations
 
 import logging
+import os
+import pickle
 import time
+from collections.abc import Callable
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import polars as pl
@@ -48,6 +51,7 @@ if TYPE_CHECKING:
     from pairsieve.embed import Encoder
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _NODE = "_node"
 _KEY = "_key"
@@ -84,9 +88,11 @@ def prepare(
     frame = frame.sort(S.LISTING_ID)
     distinct = frame.select(pl.col(S.TITLE_NORM).unique())
     attributes = {} if attributes is None else attributes
-    for title in distinct[S.TITLE_NORM].to_list():
-        if title not in attributes:
-            attributes[title] = text.extract_attributes(title)
+    titles = [t for t in distinct[S.TITLE_NORM].to_list() if t not in attributes]
+    found = _in_two_processes(
+        lambda lo, hi: [text.extract_attributes(t) for t in titles[lo:hi]], len(titles)
+    )
+    attributes.update(zip(titles, chain.from_iterable(found), strict=True))
     informative = [attributes[t].informative for t in distinct[S.TITLE_NORM].to_list()]
     distinct = distinct.with_columns(pl.Series(_INFO, informative, dtype=pl.Boolean))
     frame = frame.join(distinct, on=S.TITLE_NORM, how="left")
@@ -117,6 +123,47 @@ def node_table(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _in_two_processes(fn: Callable[[int, int], _T], n: int) -> list[_T]:
+    """``[fn(0, h), fn(h, n)]`` with h = n // 2, the second half computed by a forked child
+    (the machine has 2 cores) and pickled back through a pipe; ordered and deterministic.
+
+    For pure per-item Python work only: the child must not use polars or numba, whose thread
+    pools do not survive a fork. Below `_FORK_MIN_ITEMS` items (or without ``os.fork``) this
+    is ``[fn(0, n)]``.
+    """
+    if n < _FORK_MIN_ITEMS or not hasattr(os, "fork"):
+        return [fn(0, n)]
+    half = n // 2
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, send, exit without running the parent's clean-up
+        status = 1
+        try:
+            os.close(read)
+            payload = pickle.dumps(fn(half, n), protocol=pickle.HIGHEST_PROTOCOL)
+            with os.fdopen(write, "wb") as sink:
+                sink.write(payload)
+            status = 0
+        except BaseException:
+            log.exception("forked worker failed")
+        finally:
+            os._exit(status)
+    os.close(write)
+    try:
+        # Closing ``read`` (also on an error here) unblocks a child still writing.
+        with os.fdopen(read, "rb") as source:
+            head = fn(0, half)
+            payload = source.read()
+    finally:
+        status = os.waitpid(pid, 0)[1]
+    if status != 0:
+        raise RuntimeError(f"forked worker failed (wait status {status})")
+    return [head, pickle.loads(payload)]
+
+
+_FORK_MIN_ITEMS = 20_000  # below this, forking (page copies, pickling) does not pay
+
+
 # --- candidates ----------------------------------------------------------------------------------
 
 
@@ -131,22 +178,36 @@ def code_block_pairs(attrs: list[text.Attributes], max_block: int) -> tuple[np.n
     """Node pairs sharing a model-code blocking key (`text.code_keys`); blocks over
     ``max_block`` titles are skipped."""
     rows, keys = [], []
-    keys_of: dict[str, set[str]] = {}  # code -> its keys, computed once per distinct code
+    key_ids: dict[str, int] = {}
+    ids_of: dict[str, list[int]] = {}  # code -> its key ids, computed once per distinct code
     for node, attr in enumerate(attrs):
-        node_keys: set[str] = set()
+        if not (attr.codes or attr.joined):
+            continue
+        node_keys: set[int] = set()
         for c in attr.codes | attr.joined:
-            found = keys_of.get(c)
+            found = ids_of.get(c)
             if found is None:
-                found = keys_of[c] = text.code_keys(c)
-            node_keys |= found
+                found = ids_of[c] = [key_ids.setdefault(k, len(key_ids)) for k in text.code_keys(c)]
+            node_keys.update(found)
         rows.extend([node] * len(node_keys))
         keys.extend(node_keys)
     if not rows:
         return np.empty((0, 2), np.int64), 0
-    key_ids = pl.Series(keys).rank("dense").to_numpy().astype(np.int64)
-    pairs, skipped = minhash.pairs_within_groups(key_ids, max_block)
-    mapped = np.sort(np.asarray(rows, dtype=np.int64)[pairs], axis=1)
-    return minhash.unique_pairs(mapped[mapped[:, 0] != mapped[:, 1]]), skipped
+    # Rows sorted by (key, node): each block is a run of ascending nodes (a node holds a key
+    # once). Blocks of s nodes are paired s at a time through the upper triangle of an s x s
+    # grid, so the work is the number of pairs; most keys (6-char stretches) are on one title.
+    ordered = np.sort((np.asarray(keys, dtype=np.int64) << 32) | np.asarray(rows, dtype=np.int64))
+    members = ordered & 0xFFFFFFFF
+    starts = np.flatnonzero(np.r_[True, (ordered[1:] >> 32) != (ordered[:-1] >> 32)])
+    sizes = np.diff(np.r_[starts, len(ordered)])
+    found = [np.empty(0, dtype=np.int64)]
+    for size in np.unique(sizes[(sizes >= 2) & (sizes <= max_block)]).tolist():
+        block = members[starts[sizes == size][:, None] + np.arange(size)]
+        first, second = np.triu_indices(size, 1)
+        found.append(((block[:, first] << 32) | block[:, second]).ravel())
+    codes = np.sort(np.concatenate(found))
+    codes = codes[np.r_[True, codes[1:] != codes[:-1]]] if len(codes) else codes
+    return np.stack([codes >> 32, codes & 0xFFFFFFFF], axis=1), int(np.sum(sizes > max_block))
 
 
 def minhash_pairs(cfg: ClusterConfig, titles: pl.Series, seed: int) -> tuple[np.ndarray, int]:
@@ -284,17 +345,22 @@ class _AttributeColumns:
         first = order[head]
         inverse = np.empty(len(keys), dtype=np.int64)
         inverse[order] = np.cumsum(head) - 1
-        # In chunks, straight into a bool array: at 10^6 listings there are millions of
-        # distinct code-set pairs, and a list of result tuples held GBs at the stage's peak.
-        table = np.empty((len(first), 2), dtype=bool)
-        for start in range(0, len(first), _PAIR_CHUNK):
-            part = first[start : start + _PAIR_CHUNK]
-            results = (
-                text.compare_codes(self.attrs[x], self.attrs[y])
-                for x, y in zip(ia[part].tolist(), ib[part].tolist(), strict=True)
-            )
-            flat = np.fromiter(chain.from_iterable(results), dtype=bool, count=2 * len(part))
-            table[start : start + len(part)] = flat.reshape(-1, 2)
+
+        def compare(lo: int, hi: int) -> np.ndarray:
+            # In chunks, straight into a bool array: at 10^6 listings there are millions of
+            # distinct code-set pairs, and a list of result tuples held GBs at the peak.
+            out = np.empty((hi - lo, 2), dtype=bool)
+            for start in range(lo, hi, _PAIR_CHUNK):
+                part = first[start : min(start + _PAIR_CHUNK, hi)]
+                results = (
+                    text.compare_codes(self.attrs[x], self.attrs[y])
+                    for x, y in zip(ia[part].tolist(), ib[part].tolist(), strict=True)
+                )
+                flat = np.fromiter(chain.from_iterable(results), dtype=bool, count=2 * len(part))
+                out[start - lo : start - lo + len(part)] = flat.reshape(-1, 2)
+            return out
+
+        table = np.concatenate(_in_two_processes(compare, len(first)))
         shared[both] = table[inverse.ravel(), 0]
         conflicting[both] = table[inverse.ravel(), 1]
         return shared, conflicting

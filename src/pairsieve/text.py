@@ -251,6 +251,12 @@ class Attributes:
         cues = bool(named) + bool(self.numbers) + bool(self.quantities)
         return cues >= 2 and bool(named or self.numbers)
 
+    def __reduce__(self) -> tuple:
+        """Pickled as its field values, ~2x faster than the dataclass default (which sets each
+        slot by name): `cluster` sends half of a catalog's attributes from a worker process."""
+        fields = (self.codes, self.joined, self.models, self.numbers, self.quantities)
+        return Attributes, (*fields, self.variants, self.generations, self.words)
+
     def without_codes(self, common: set[str] | frozenset[str]) -> Attributes:
         """A copy whose codes exclude ``common`` ones: a code on many different titles
         ("hdr1000", "lga1151") names a feature, not a product."""
@@ -457,13 +463,19 @@ def code_keys(code: str) -> set[str]:
     and every 6-char stretch holding a digit ("nu8000" keys "ue75nu8000" and "ue75nu8000txxu").
     Stretches shared by many titles form oversized blocks, which the caller skips."""
     keys = {code}
-    keys.update(
-        code[i : i + 6] for i in range(len(code) - 5) if any(map(str.isdigit, code[i : i + 6]))
-    )
-    if any(map(str.isdigit, code)):
-        core = code_core(code)
-        if len(core) >= 4:
-            keys.add(core)
+    digits = [i for i, ch in enumerate(code) if ch.isdigit()]
+    if not digits:
+        return keys
+    # The stretch starting at i holds a digit d when d - 5 <= i <= d: every start from
+    # first digit - 5 to the last digit, less those inside a run of >= 6 non-digits.
+    starts = range(max(0, digits[0] - 5), min(digits[-1], len(code) - 6) + 1)
+    gaps = [(p + 1, q - 6) for p, q in zip(digits, digits[1:], strict=False) if q - p > 6]
+    if gaps:
+        starts = [i for i in starts if not any(lo <= i <= hi for lo, hi in gaps)]
+    keys.update([code[i : i + 6] for i in starts])
+    core = code[digits[0] : digits[-1] + 1]  # `code_core`
+    if len(core) >= 4:
+        keys.add(core)
     return keys
 
 
