@@ -90,7 +90,7 @@ def main() -> None:
 
 
 # The steps of `cluster.run`, timed in wall and CPU seconds by `stage_only` (CPU seconds
-# count every thread and the forked workers of `cluster._in_two_processes`; other agents
+# count every thread and the forked workers of `forked.in_two_processes`; other agents
 # share the cores, so wall time alone misleads).
 STEPS = {
     "attributes": ("prepare", "node_table", "common_codes"),

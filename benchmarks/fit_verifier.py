@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pairsieve import cluster, evaluate, verifier
+from pairsieve import cluster, cluster_verify, evaluate, verifier
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 
@@ -164,7 +164,7 @@ def main() -> None:
     print("\n".join([*lines, *category_split(run_pr, names)]))
     p_ab = model.probability(run_ab.features)
     ab_learned = run_ab.scores(
-        p_ab, base.cluster.accept_probability, cluster.resolved_link_threshold(base.cluster)
+        p_ab, base.cluster.accept_probability, cluster_verify.resolved_link_threshold(base.cluster)
     )
     print(f"| PriceRunner (all) | Abt-Buy | learned (defaults) | {_row(ab_learned)} |")
     print(f"| - | Abt-Buy | rule (defaults) | {_row(run_ab.rule_scores())} |")

@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from pairsieve import cluster
+from pairsieve import cluster, cluster_verify, forked
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 
@@ -158,7 +158,7 @@ def test_cluster_command_writes_products(tmp_path, session_cache_dir) -> None:
 
 
 def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
-    """`cluster.verify` evaluates `text.assess` / `text.jaccard` column-wise; every pair of a
+    """`cluster_verify.verify` evaluates `text.assess` / `text.jaccard` column-wise; every pair of a
     small real-title set (all conflict kinds, codes, brands) must match the per-pair functions."""
     from pairsieve import text
 
@@ -192,7 +192,7 @@ def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
     pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
     candidates = pl.DataFrame({"a": pairs[:, 0], "b": pairs[:, 1], S.SIGNAL: "minhash"})
     cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False}).cluster
-    scored = cluster.verify(cfg, candidates, nodes, attrs, None)
+    scored = cluster_verify.verify(cfg, candidates, nodes, attrs, None)
     informative = nodes["_informative"].to_list()
     brands = nodes[S.BRAND].to_list()
     for (a, b), jac, reason in zip(
@@ -301,10 +301,10 @@ def test_compiled_merge_loop_equals_the_python_loop(seed: int) -> None:
 
 def test_in_two_processes_is_ordered_and_reports_failures() -> None:
     """The fork helper returns both halves in order, and a failing half raises (no hang)."""
-    squares = cluster._in_two_processes(lambda lo, hi: [i * i for i in range(lo, hi)], 50_001)
+    squares = forked.in_two_processes(lambda lo, hi: [i * i for i in range(lo, hi)], 50_001)
     assert len(squares) == 2
     assert [x for half in squares for x in half] == [i * i for i in range(50_001)]
-    assert cluster._in_two_processes(lambda lo, hi: (lo, hi), 10) == [(0, 10)]
+    assert forked.in_two_processes(lambda lo, hi: (lo, hi), 10) == [(0, 10)]
 
     def fail_in_child(lo: int, hi: int) -> int:
         if lo > 0:
@@ -312,7 +312,7 @@ def test_in_two_processes_is_ordered_and_reports_failures() -> None:
         return 0
 
     with pytest.raises(RuntimeError, match="forked worker failed"):
-        cluster._in_two_processes(fail_in_child, 50_000)
+        forked.in_two_processes(fail_in_child, 50_000)
 
     def fail_in_parent(lo: int, hi: int) -> bytes:
         if lo == 0:
@@ -320,7 +320,7 @@ def test_in_two_processes_is_ordered_and_reports_failures() -> None:
         return b"x" * (1 << 20)  # more than a pipe buffer: the child blocks until read
 
     with pytest.raises(ValueError, match="parent"):
-        cluster._in_two_processes(fail_in_parent, 50_000)
+        forked.in_two_processes(fail_in_parent, 50_000)
 
 
 def test_forked_workers_give_byte_identical_outputs(tmp_path, monkeypatch) -> None:
@@ -332,7 +332,7 @@ def test_forked_workers_give_byte_identical_outputs(tmp_path, monkeypatch) -> No
     cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False})
     hashes = []
     for label, threshold in (("alone", 10**9), ("forked", 1)):
-        monkeypatch.setattr(cluster, "_FORK_MIN_ITEMS", threshold)
+        monkeypatch.setattr(forked, "FORK_MIN_ITEMS", threshold)
         cluster.run(cfg, frame, tmp_path / label)
         hashes.append(
             [io.sha256_file(tmp_path / label / f) for f in (S.PRODUCTS_FILE, S.PAIRS_FILE)]

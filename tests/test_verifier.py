@@ -8,7 +8,7 @@ import math
 import numpy as np
 import polars as pl
 
-from pairsieve import cluster, text, verifier
+from pairsieve import cluster_verify, text, verifier
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 
@@ -22,7 +22,7 @@ TITLES = [
 
 def _features(pairs: list[tuple[int, int]], cosine: list[float]) -> dict[str, np.ndarray]:
     attrs = [text.extract_attributes(text.normalize(t)) for t in TITLES]
-    columns = cluster._AttributeColumns(attrs)
+    columns = cluster_verify._AttributeColumns(attrs)
     a = np.array([p[0] for p in pairs], dtype=np.int64)
     b = np.array([p[1] for p in pairs], dtype=np.int64)
     inputs = verifier.PairInputs(
@@ -81,10 +81,10 @@ def test_verify_accepts_by_probability_and_rule_stays_available() -> None:
     vectors = np.eye(3, dtype=np.float32)[[0, 0, 1]]  # pair (0,1) cosine 1, the others 0
     learned = PairsieveConfig().cluster
     features: dict[str, np.ndarray] = {}
-    scored = cluster.verify(learned, candidates, nodes, attrs, vectors, features)
+    scored = cluster_verify.verify(learned, candidates, nodes, attrs, vectors, features)
     p = verifier.load_model().probability(features)
     assert np.allclose(scored["score"].to_numpy(), p)
     assert (scored[S.ACCEPTED].to_numpy() == (p >= learned.accept_probability)).all()
     rule = learned.model_copy(update={"verifier": "rule"})
-    by_rule = cluster.verify(rule, candidates, nodes, attrs, vectors)
+    by_rule = cluster_verify.verify(rule, candidates, nodes, attrs, vectors)
     assert np.allclose(by_rule["score"].to_numpy(), [1.0, 0.0, 0.0])

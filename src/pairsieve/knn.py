@@ -32,9 +32,7 @@ def build_index(vectors: np.ndarray, cfg: KnnConfig, seed: int = 13) -> faiss.In
     return index
 
 
-def search(
-    index: faiss.Index, queries: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
+def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` neighbours: (scores (m, k) float32, ids (m, k) int64; -1 where fewer exist).
 
     Ties are broken by id so results do not depend on faiss' internal order.
@@ -99,9 +97,7 @@ def scan_below(
         ranks = np.concatenate([np.broadcast_to(np.arange(1, head + 1), top.shape), below_rank], 1)
         mask = np.concatenate([np.ones(top.shape, bool), keep_below], axis=1)
         got = np.take_along_axis(scores, ids, 1)
-        parts.append(
-            (np.broadcast_to(rows, ids.shape)[mask], ids[mask], got[mask], ranks[mask])
-        )
+        parts.append((np.broadcast_to(rows, ids.shape)[mask], ids[mask], got[mask], ranks[mask]))
         above_all.append(above)
     if not parts:
         empty = np.empty(0, np.int64)
