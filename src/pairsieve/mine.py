@@ -260,7 +260,7 @@ def mine_pairs(
         if not deeper.any():
             break
         rows, depth = rows[deeper], depth * _DEEPEN
-        ceilings = score_ceilings(positives, names.filter(pl.Series(deeper)), cfg)
+        ceilings = score_ceilings(pos, names.filter(pl.Series(deeper)), cfg)
         candidates, above = retrieval.candidates_below(rows, ceilings, head, depth, deepest)
     order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
     per_pair = positives.select(S.QUERY).join(pl.concat(skipped), on=S.QUERY)
