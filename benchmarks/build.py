@@ -38,7 +38,7 @@ def build(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> dict:
     timings["embed"] = time.perf_counter() - mark
     for name, step in (
         ("cluster", lambda cfg, run_dir: steps.cluster_step(cfg, run_dir, previous)),
-        ("mine", steps.mine_step),
+        ("mine", lambda cfg, run_dir: steps.mine_step(cfg, run_dir, previous)),
         ("shards", steps.shards_step),
         ("report", steps.report_step),
     ):

@@ -2,9 +2,13 @@
 
 A synthetic marketplace (`pairsieve.datasets.synth`) is split into day 1 and day 2: day 2 adds
 ``--new-share`` of the listings (picked by a hash of the listing id, so some are new copies of
-day-1 products and some belong to products never seen) and the clicks logged after day 1's cut.
+day-1 products and some belong to products never seen) and the last ``--new-clicks`` of the click
+log (one more day of a rolling log: both 2% by default).
 Day 1 is built cold (empty embedding cache: the full build), day 2 with ``previous`` = day 1 and
 the same cache, each stage in process as the flow's tasks run it (no Prefect start-up).
+``--phase day1`` stops after day 1 (its figures saved in the work folder) and ``--phase day2``
+builds day 2 against them later, so a long cold build and the code it is compared with need not
+share one process.
 
     .venv/bin/python benchmarks/incremental.py --products 4650 [--new-share 0.02] [--work DIR]
 """
@@ -26,13 +30,14 @@ from pairsieve.config import load_config
 from pairsieve.datasets import synth
 
 
-def split_days(source: Path, new_share: float, folder: Path) -> dict[str, int]:
-    """Write day1/ and day2/ catalog + clicks from the generated files in ``source``."""
+def split_days(source: Path, new_share: float, new_clicks: float, folder: Path) -> dict[str, int]:
+    """Write day1/ and day2/ catalog + clicks from the generated files in ``source``: day 2 adds
+    ``new_share`` of the listings and the last ``new_clicks`` of the click log."""
     catalog = pl.read_parquet(source / "catalog.parquet")
     clicks = pl.read_parquet(source / "clicks.parquet")
     new = (pl.col(S.LISTING_ID).hash(seed=7) % 10_000) < int(new_share * 10_000)
     day1_catalog = catalog.filter(~new)
-    cut = clicks[S.TS].quantile(0.8)  # day 2 logs the last fifth of the clicks
+    cut = clicks[S.TS].quantile(1 - new_clicks)
     day1_clicks = clicks.filter(
         (pl.col(S.TS) <= cut) & pl.col(S.LISTING_ID).is_in(day1_catalog[S.LISTING_ID].implode())
     )
@@ -56,15 +61,28 @@ def split_days(source: Path, new_share: float, folder: Path) -> dict[str, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--products", type=int, default=4_650)
-    parser.add_argument("--new-share", type=float, default=0.02)
+    parser.add_argument("--new-share", type=float, default=0.02, help="new listings on day 2")
+    parser.add_argument(
+        "--new-clicks", type=float, default=0.02, help="share of the click log day 2 adds"
+    )
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--phase", choices=["day1", "day2", "all"], default="all")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="pairsieve-incremental-"))
-    synth.generate(work / "generated", args.products, seed=args.seed)
-    sizes = split_days(work / "generated", args.new_share, work)
     cfg = load_config(None, {"cache_dir": str(work / "cache"), "seed": args.seed})
-    full = build(cfg, work / "day1", work / "build1")
+    saved = work / "day1.json"
+    if args.phase != "day2":
+        if not (work / "generated" / "catalog.parquet").exists():
+            synth.generate(work / "generated", args.products, seed=args.seed)
+        sizes = split_days(work / "generated", args.new_share, args.new_clicks, work)
+        full = build(cfg, work / "day1", work / "build1")
+        saved.write_text(json.dumps({"sizes": sizes, "full_build": full}))
+        print(json.dumps({"sizes": sizes, "full_build": full}, indent=2), flush=True)
+        if args.phase == "day1":
+            return
+    day1 = json.loads(saved.read_text())
+    sizes, full = day1["sizes"], day1["full_build"]
     day2 = build(cfg, work / "day2", work / "build2", previous=work / "build1")
     changes = pl.read_parquet(work / "build2" / "cluster" / "id_changes.parquet")
     result = {

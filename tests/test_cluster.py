@@ -343,6 +343,7 @@ def test_forked_workers_give_byte_identical_outputs(tmp_path, monkeypatch) -> No
 def test_code_block_pairs_equal_brute_force() -> None:
     """Every node pair sharing a blocking key of a block of at most max_block nodes."""
     from pairsieve import text
+    from pairsieve.cluster_reuse import touching
 
     rng = np.random.default_rng(0)
     codes = ["ue55nu8000", "ue55nu8000txxu", "55nu8000", "ue65nu8000", "kx1234ab", "x12345", "ab12"]
@@ -369,3 +370,6 @@ def test_code_block_pairs_equal_brute_force() -> None:
         pairs, n_skipped = cluster.code_block_pairs(attrs, max_block)
         assert [tuple(p) for p in pairs.tolist()] == expected
         assert n_skipped == skipped
+        wanted = rng.random(len(attrs)) < 0.2  # a day-2 build's changed titles
+        some, _ = cluster.code_block_pairs(attrs, max_block, wanted)
+        assert touching(some, wanted).tolist() == touching(pairs, wanted).tolist()

@@ -60,6 +60,40 @@ def test_pairs_within_groups_brute_force() -> None:
     assert skipped == int(np.sum(sizes > 8))
 
 
+def test_wanted_groups_give_every_full_pair_touching_a_wanted_row() -> None:
+    from pairsieve.cluster_reuse import touching
+
+    rng = np.random.default_rng(5)
+    keys = rng.integers(0, 12, size=80)
+    wanted = rng.random(80) < 0.1
+    full, skipped = minhash.pairs_within_groups(keys, max_group=9)
+    some, some_skipped = minhash.pairs_within_groups(keys, max_group=9, wanted=wanted)
+    assert len(some) < len(full)
+    assert touching(some, wanted).tolist() == touching(full, wanted).tolist()
+    assert some_skipped == skipped
+
+
+def test_signatures_are_cached_per_text_and_read_back_identical(tmp_path) -> None:
+    from pairsieve.embed import embed_texts
+
+    docs = [
+        "samsung ue55nu8000 55 inch",
+        "bosch waw325h0gb washing machine",
+        "samsung ue55nu8000 55 inch",
+    ]
+    encoder = minhash.SignatureEncoder("word", 1, 64, 3)
+    cache = minhash.SignatureCache(tmp_path, encoder.model_key)
+    first, stats = embed_texts(docs, encoder, cache)
+    again, again_stats = embed_texts(
+        docs[:2], encoder, minhash.SignatureCache(tmp_path, encoder.model_key)
+    )
+    shingles = pl.select(minhash.shingle_expr(pl.lit(pl.Series(docs)), "word", 1)).to_series()
+    assert first.dtype == np.uint32 and again.dtype == np.uint32
+    assert np.array_equal(first, minhash.signatures(shingles, 64, 3))
+    assert np.array_equal(again, first[:2])
+    assert (stats.encoded, again_stats.encoded, again_stats.cache_hits) == (2, 0, 2)
+
+
 def test_lsh_finds_near_duplicates_not_strangers() -> None:
     docs = [
         "samsung ue55nu8000 55 inch 4k hdr smart led tv black",

@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pairsieve import schemas as S
 from pairsieve import steps
 from pairsieve.config import load_config
 from pairsieve.embed import embed_partition
@@ -61,7 +62,7 @@ def _run_steps(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> 
     results = [
         ingest,
         steps.cluster_step(cfg, run_dir, previous),
-        steps.mine_step(cfg, run_dir),
+        steps.mine_step(cfg, run_dir, previous),
         steps.shards_step(cfg, run_dir),
         steps.report_step(cfg, run_dir),
     ]
@@ -149,6 +150,63 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
     now = pl.concat([pl.read_parquet(p).select(t=pl.col(c)) for p, c in texts[1::2]]).unique()
     assert day2["embedded"] == now.join(seen, on="t", how="anti").height
     assert day1["embedded"] > day2["embedded"] > 0
+    _check_reuse(cfg, day2["results"], tmp_path / "b1", tmp_path / "b2")
+
+
+def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
+    scores = [S.SCORE, S.POSITIVE_SCORE]
+    return a.drop(scores).equals(b.drop(scores)) and all(
+        (a[c] - b[c]).abs().max() < 1e-6 for c in scores
+    )
+
+
+def _check_reuse(cfg, results, before: Path, after: Path) -> None:
+    """Day 2 reused day 1's pairs and negatives where nothing changed, mined the rest as a full
+    build would, and no reused negative is a copy of its positive."""
+    from pairsieve import mine
+
+    cluster, mined = results[1].details, results[2].details
+    assert cluster["incremental"] == {"reused": True, "why_not": None}
+    assert 0 < cluster["settled_nodes"] and cluster["reused_pairs"] > 0
+    reused, fresh = mined["incremental"]["queries_reused"], mined["incremental"]["queries_mined"]
+    assert reused > 0 and fresh > 0
+    kept = pl.read_parquet(after / "mine" / "negatives.parquet")
+    dropped = pl.read_parquet(after / "mine" / "negatives_dropped.parquet")
+    full = mine.run(
+        cfg,
+        after / "ingest" / "clicks.parquet",
+        after / "ingest" / "listings.parquet",
+        after / "cluster" / "products.parquet",
+        after / "full-mine",
+    )
+    assert full.rows_out > 0
+    full_kept = pl.read_parquet(after / "full-mine" / "negatives.parquet")
+    full_dropped = pl.read_parquet(after / "full-mine" / "negatives_dropped.parquet")
+    old_kept = pl.read_parquet(before / "mine" / "negatives.parquet")
+    old_dropped = pl.read_parquet(before / "mine" / "negatives_dropped.parquet")
+    from_old = kept.join(old_kept, on=kept.columns, how="semi")[S.QUERY].unique()
+    assert from_old.len() >= reused
+    for today, whole, old in ((kept, full_kept, old_kept), (dropped, full_dropped, old_dropped)):
+        # Every query's rows are either its previous rows or a full build's rows, whole
+        # (scores to float rounding: faiss sums a subset of queries in other blocks).
+        for query in today[S.QUERY].unique():
+            rows, mine_again, previous = (
+                t.filter(pl.col(S.QUERY) == query) for t in (today, whole, old)
+            )
+            assert _same_rows(rows, previous) or _same_rows(rows, mine_again)
+    products = pl.read_parquet(after / "cluster" / "products.parquet").select(
+        S.LISTING_ID, S.PRODUCT_ID
+    )
+    same = (
+        kept.join(products, left_on=S.POSITIVE_LISTING_ID, right_on=S.LISTING_ID)
+        .join(products, left_on=S.NEGATIVE_LISTING_ID, right_on=S.LISTING_ID, suffix="_neg")
+        .filter(pl.col(S.PRODUCT_ID) == pl.col(S.PRODUCT_ID + "_neg"))
+    )
+    assert same.height == 0
+    changes = json.loads((after / "report" / "report.json").read_text())["changes"]["figures"]
+    assert changes["build_number"] == 1 and changes["products_new"] >= 1
+    assert (changes["queries_reused"], changes["queries_mined"]) == (reused, fresh)
+    assert changes["pairs_reused"] == cluster["reused_pairs"]
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ import polars as pl
 
 from pairsieve import io, minhash, text
 from pairsieve import schemas as S
+from pairsieve.cluster_reuse import PreviousClustering, touching
 from pairsieve.cluster_verify import INFORMATIVE, resolved_link_threshold, verify
 from pairsieve.config import ClusterConfig, PairsieveConfig
 from pairsieve.errors import PairsieveError
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 _NODE = "_node"
 _KEY = "_key"
 SIGNAL_ORDER = ("exact", "code", "minhash", "embedding")
+_SIGNATURE_PARTITION = 250_000  # titles per signature cache part
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -74,12 +76,7 @@ def prepare(
     frame = listings.with_columns(pl.col(S.LISTING_ID).cast(pl.String))
     if S.TITLE_NORM not in frame.columns:
         frame = frame.with_columns(text.normalize_expr(pl.col(S.TITLE)).alias(S.TITLE_NORM))
-    brand = (
-        text.normalize_expr(pl.col(S.BRAND).cast(pl.String)).fill_null("")
-        if S.BRAND in frame.columns
-        else pl.lit("")
-    )
-    frame = frame.select(S.LISTING_ID, S.TITLE, S.TITLE_NORM, brand.alias(S.BRAND))
+    frame = frame.select(S.LISTING_ID, S.TITLE, S.TITLE_NORM, text.brand_expr(frame.columns))
     frame = frame.sort(S.LISTING_ID)
     distinct = frame.select(pl.col(S.TITLE_NORM).unique())
     attributes = {} if attributes is None else attributes
@@ -128,9 +125,12 @@ def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
     return set(counts.filter(pl.col("count") > max_df)["code"].to_list())
 
 
-def code_block_pairs(attrs: list[text.Attributes], max_block: int) -> tuple[np.ndarray, int]:
+def code_block_pairs(
+    attrs: list[text.Attributes], max_block: int, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
     """Node pairs sharing a model-code blocking key (`text.code_keys`); blocks over
-    ``max_block`` titles are skipped."""
+    ``max_block`` titles are skipped, and with ``wanted`` ((n,) bool) blocks without a wanted
+    node."""
     rows, keys = [], []
     key_ids: dict[str, int] = {}
     ids_of: dict[str, list[int]] = {}  # code -> its key ids, computed once per distinct code
@@ -154,9 +154,12 @@ def code_block_pairs(attrs: list[text.Attributes], max_block: int) -> tuple[np.n
     members = ordered & 0xFFFFFFFF
     starts = np.flatnonzero(np.r_[True, (ordered[1:] >> 32) != (ordered[:-1] >> 32)])
     sizes = np.diff(np.r_[starts, len(ordered)])
+    paired = (sizes >= 2) & (sizes <= max_block)
+    if wanted is not None:
+        paired &= np.add.reduceat(wanted[members].astype(np.int64), starts) > 0
     found = [np.empty(0, dtype=np.int64)]
-    for size in np.unique(sizes[(sizes >= 2) & (sizes <= max_block)]).tolist():
-        block = members[starts[sizes == size][:, None] + np.arange(size)]
+    for size in np.unique(sizes[paired]).tolist():
+        block = members[starts[paired & (sizes == size)][:, None] + np.arange(size)]
         first, second = np.triu_indices(size, 1)
         found.append(((block[:, first] << 32) | block[:, second]).ravel())
     codes = np.sort(np.concatenate(found))
@@ -164,23 +167,37 @@ def code_block_pairs(attrs: list[text.Attributes], max_block: int) -> tuple[np.n
     return np.stack([codes >> 32, codes & 0xFFFFFFFF], axis=1), int(np.sum(sizes > max_block))
 
 
-def minhash_pairs(cfg: ClusterConfig, titles: pl.Series, seed: int) -> tuple[np.ndarray, int]:
-    """Node pairs colliding in at least one LSH band of their MinHash signatures."""
-    shingles = pl.select(
-        minhash.shingle_expr(pl.lit(titles), cfg.shingle_kind, cfg.shingle_size)
-    ).to_series()
-    sig = minhash.signatures(shingles, cfg.num_perm, seed)
+def minhash_pairs(
+    cfg: ClusterConfig,
+    titles: pl.Series,
+    seed: int,
+    cache_dir: str | None = None,
+    wanted: np.ndarray | None = None,
+) -> tuple[np.ndarray, int, int]:
+    """Node pairs colliding in at least one LSH band of their MinHash signatures (a band bucket
+    holding a ``wanted`` node, when given), buckets skipped, and signatures computed: those of
+    texts seen before come from the cache in ``cache_dir``."""
+    from pairsieve.embed import embed_texts
+
+    encoder = minhash.SignatureEncoder(cfg.shingle_kind, cfg.shingle_size, cfg.num_perm, seed)
+    cache = minhash.SignatureCache(cache_dir, encoder.model_key) if cache_dir else None
+    sig, stats = embed_texts(titles.to_list(), encoder, cache, _SIGNATURE_PARTITION)
     bands, rows = minhash.lsh_params(cfg.lsh_threshold, cfg.num_perm)
-    return minhash.lsh_pairs(sig, bands, rows, cfg.max_bucket)
+    pairs, skipped = minhash.lsh_pairs(sig, bands, rows, cfg.max_bucket, wanted)
+    return pairs, skipped, stats.encoded
 
 
-def knn_pairs(cfg: PairsieveConfig, vectors: np.ndarray) -> np.ndarray:
-    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine."""
+def knn_pairs(
+    cfg: PairsieveConfig, vectors: np.ndarray, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine;
+    with ``rows``, only the neighbours of those nodes are searched."""
     from pairsieve import knn
 
+    rows = np.arange(len(vectors)) if rows is None else rows
     index = knn.build_index(vectors, cfg.knn, seed=cfg.seed)
-    scores, ids = knn.search(index, vectors, cfg.cluster.knn_k + 1)
-    source = np.repeat(np.arange(len(vectors)), ids.shape[1])
+    scores, ids = knn.search(index, vectors[rows], cfg.cluster.knn_k + 1)
+    source = np.repeat(rows, ids.shape[1])
     keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
     pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
     pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
@@ -354,10 +371,13 @@ def cluster_listings(
     listings: pl.DataFrame,
     encoder: Encoder | None = None,
     features: dict[str, np.ndarray] | None = None,
+    previous: PreviousClustering | None = None,
 ) -> Clustering:
     """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
     runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
-    learned verifier's pair features (rows of ``Clustering.scored``), for refitting it."""
+    learned verifier's pair features (rows of ``Clustering.scored``), for refitting it. With
+    ``previous``, pairs between unchanged titles are reused from it and only pairs touching the
+    others are generated and verified (`cluster_reuse`)."""
     c = cfg.cluster
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -370,21 +390,36 @@ def cluster_listings(
     attrs = [a.without_codes(common) for a in attrs]
     timings["attributes_s"] = time.perf_counter() - started
     details: dict = {}
+    unsettled = None  # a full build generates every pair
+    if previous is not None:
+        settled = previous.settled(frame, nodes)
+        unsettled = ~settled
+        details["settled_nodes"] = int(settled.sum())
     found: dict[str, np.ndarray] = {}
-    found["code"], details["code_blocks_skipped"] = code_block_pairs(attrs, c.max_bucket)
+    code, details["code_blocks_skipped"] = code_block_pairs(attrs, c.max_bucket, unsettled)
+    found["code"] = touching(code, unsettled)
     match_text = pl.Series([" ".join(sorted(a.words)) for a in attrs], dtype=pl.String)
-    found["minhash"], details["lsh_buckets_skipped"] = minhash_pairs(c, match_text, cfg.seed)
+    lsh, details["lsh_buckets_skipped"], details["signatures_computed"] = minhash_pairs(
+        c, match_text, cfg.seed, cfg.cache_dir, unsettled
+    )
+    found["minhash"] = touching(lsh, unsettled)
+    del code, lsh
     timings["minhash_s"] = time.perf_counter() - started - sum(timings.values())
     vectors = None
     if c.use_embeddings:
         vectors, embed_stats = _embed(cfg, nodes[S.TITLE].to_list(), encoder)
         details.update(embed_stats)
-        found["embedding"] = knn_pairs(cfg, vectors)
+        rows = None if unsettled is None else np.flatnonzero(unsettled)
+        found["embedding"] = touching(knn_pairs(cfg, vectors, rows), unsettled)
         timings["embedding_s"] = time.perf_counter() - started - sum(timings.values())
     candidates = combine_candidates(found)
     by_signal = {k: len(v) for k, v in found.items()}
     del found  # the per-signal pair arrays (GBs at 1M listings) are in ``candidates`` now
     scored = verify(c, candidates, nodes, attrs, vectors, features)
+    if previous is not None:
+        reused = previous.pairs_between(nodes, ~unsettled)
+        details["reused_pairs"] = len(reused)
+        scored = pl.concat([scored, reused.cast(scored.schema)]).sort("a", "b")
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
     labels = agglomerate(nodes["count"].to_numpy(), scored, resolved_link_threshold(c))
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
@@ -477,11 +512,13 @@ def pairs_frame(result: Clustering, consume: bool = False) -> pl.DataFrame:
     rest = [
         (S.JACCARD, 1.0, pl.Float64),
         (S.COSINE, 1.0, pl.Float64),
+        (S.LINK_SCORE, 1.0, pl.Float64),
         (S.SIGNAL, "exact", pl.String),
         (S.ACCEPTED, True, pl.Boolean),
         (S.VETO_REASON, None, pl.String),
     ]
-    sources = {name: scored[name] for name, _, _ in rest}
+    sources = {name: scored[name] for name, _, _ in rest if name != S.LINK_SCORE}
+    sources[S.LINK_SCORE] = scored["score"].alias(S.LINK_SCORE)
     if consume:
         result.scored = scored = None
     for name, exact_value, dtype in rest:
@@ -514,12 +551,14 @@ def run(
     listings: pl.DataFrame | Path,
     out_dir: Path,
     encoder: Encoder | None = None,
+    previous: PreviousClustering | None = None,
 ) -> StageResult:
-    """The cluster stage: write ``products.parquet`` and ``pairs.parquet`` into ``out_dir``."""
+    """The cluster stage: write ``products.parquet`` and ``pairs.parquet`` into ``out_dir``
+    (reusing ``previous``'s pairs between unchanged titles when given)."""
     frame = (
         read_listings(Path(listings), cfg) if not isinstance(listings, pl.DataFrame) else listings
     )
-    result = cluster_listings(cfg, frame, encoder)
+    result = cluster_listings(cfg, frame, encoder, previous=previous)
     products = products_frame(result)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

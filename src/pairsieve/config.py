@@ -225,6 +225,15 @@ class MineConfig(_Section):
         "hundreds of listings inside the margin, and its negatives lie below them.",
     )
     num_negatives: int = Field(5, ge=1, le=200, description="Negatives kept per pair.")
+    refresh_builds: int = Field(
+        30,
+        ge=1,
+        le=10_000,
+        description="With `--previous`, a query whose clicks, candidates' titles and product "
+        "ids did not change keeps its negatives, except in one build of every this many (chosen "
+        "by a hash of the query), so no query's negatives are older than that many builds and "
+        "new listings reach them. 1 = mine every query every build.",
+    )
     absolute_margin: float | None = Field(
         None, ge=0, description="Drop candidates scoring above positive - margin."
     )

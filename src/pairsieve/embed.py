@@ -130,6 +130,8 @@ class EmbeddingCache:
     so a concurrent reader always finds every key in one file or the other.
     """
 
+    dtype: type = np.float32  # what `store` writes and lookups return
+
     def __init__(self, root: str | Path, model_key: str) -> None:
         self.folder = Path(root).expanduser() / model_key
         self._keys = np.empty(0, dtype=np.uint64)  # (m,) sorted, distinct
@@ -149,7 +151,7 @@ class EmbeddingCache:
         if keys.ndim != 1 or vectors.ndim != 2 or len(keys) != len(vectors):
             log.warning("skipping malformed embedding cache part %s", part)
             return None
-        return keys.astype(np.uint64, copy=False), vectors.astype(np.float32, copy=False)
+        return keys.astype(np.uint64, copy=False), vectors.astype(self.dtype, copy=False)
 
     def _refresh(self) -> None:
         """Load parts written since the last look (by this or any other process)."""
@@ -193,7 +195,7 @@ class EmbeddingCache:
         return found, self._vectors[pos[found]]
 
     def store(self, keys: np.ndarray, vectors: np.ndarray) -> Path | None:
-        """Persist ``vectors`` (n, d) float32 under ``keys`` (n,) uint64 as one new part file."""
+        """Persist ``vectors`` (n, d) under ``keys`` (n,) uint64 as one new part file."""
         if len(keys) == 0:
             return None
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -201,7 +203,7 @@ class EmbeddingCache:
         tmp = self.folder / f".{final.name}.tmp"
         try:
             with open(tmp, "wb") as handle:
-                np.savez(handle, keys=keys.astype(np.uint64), vectors=vectors.astype(np.float32))
+                np.savez(handle, keys=keys.astype(np.uint64), vectors=vectors.astype(self.dtype))
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, final)
@@ -266,7 +268,8 @@ def embed_texts(
     cache: EmbeddingCache | None = None,
     partition_size: int = 20_000,
 ) -> tuple[np.ndarray, EmbedStats]:
-    """Embed ``texts`` (n,) -> (n, d) float32, encoding each distinct uncached text once.
+    """Embed ``texts`` (n,) -> (n, d) (the encoder's dtype), encoding each distinct uncached text
+    once.
 
     Missing texts are encoded ``partition_size`` at a time and each partition is cached as soon
     as it is done, so a killed run loses at most one partition of work.
@@ -284,8 +287,9 @@ def embed_texts(
         fresh.append(encoder.encode([distinct[i] for i in chunk]))  # (c, d) float32
         if cache is not None:
             cache.store(keys[chunk], fresh[-1])
-    dim = (cached if cached is not None else fresh[0]).shape[1] if len(keys) else 0
-    vectors = np.empty((len(keys), dim), dtype=np.float32)
+    like = cached if cached is not None else (fresh[0] if fresh else None)
+    dim, dtype = (like.shape[1], like.dtype) if like is not None else (0, np.float32)
+    vectors = np.empty((len(keys), dim), dtype=dtype)
     if cached is not None:
         vectors[found] = cached
     if fresh:

@@ -46,6 +46,7 @@ from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.embed import EmbeddingCache, Encoder, embed_texts, load_encoder
 from pairsieve.errors import PairsieveError
 from pairsieve.mine_filter import REASONS, filter_candidates, score_ceilings, with_ranks
+from pairsieve.mine_reuse import PreviousMining
 from pairsieve.stage import StageResult
 
 log = logging.getLogger(__name__)
@@ -341,10 +342,13 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     products: pl.DataFrame | Path,
     out_dir: Path,
     encoder: Encoder | None = None,
+    previous: tuple[PreviousMining, int] | None = None,
 ) -> StageResult:
     """Mine hard negatives for every clicked (query, listing) pair into ``out_dir``.
 
-    Writes `negatives.parquet` and `negatives_dropped.parquet` (see `filter_candidates`).
+    Writes `negatives.parquet` and `negatives_dropped.parquet` (see `filter_candidates`). With
+    ``previous`` = (the previous build's mining, this build's number), the queries whose inputs
+    did not change keep their rows from it (`mine_reuse`).
 
     Raises:
         PairsieveError: ``missing_file``, ``missing_column`` or ``unknown_listing``.
@@ -354,25 +358,38 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     products_df = _read(products, "products", (S.LISTING_ID, S.PRODUCT_ID))
     pairs = clicks_df.select(S.QUERY, S.LISTING_ID).unique()
     _check_known(pairs, listings_df, str(clicks) if isinstance(clicks, Path) else "clicks")
+    reused = pl.Series(S.QUERY, [], dtype=pl.String)
+    if previous is not None:
+        state, build_number = previous
+        refresh = (build_number, cfg.mine.refresh_builds)
+        reused = state.reusable_queries(pairs, listings_df, products_df, refresh)
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
+    to_mine = pairs.filter(~pl.col(S.QUERY).is_in(reused.implode()))
     embedded = embed_inputs(
-        pairs[S.QUERY].to_list(),
+        to_mine[S.QUERY].to_list(),
         listings_df,
         encoder,
         EmbeddingCache(cfg.cache_dir, encoder.model_key),
     )
     retrieval = build_retrieval(embedded, cfg)
     started = time.perf_counter()
-    positives = positive_table(pairs, embedded)
     info = listing_products(listings_df, products_df)
-    mined = mine_pairs(retrieval, positives, info, cfg.mine, cfg.seed)
+    mined = mine_pairs(retrieval, positive_table(to_mine, embedded), info, cfg.mine, cfg.seed)
     candidates, kept, dropped = mined.candidates, mined.kept, mined.dropped
+    if previous is not None:
+        candidates, kept, dropped = _with_reused(state, reused, candidates, kept, dropped)
     filter_s = round(time.perf_counter() - started - retrieval.info["search_s"], 3)
     out_dir = Path(out_dir)
     io.write_parquet(kept, out_dir / S.NEGATIVES_FILE)
     io.write_parquet(dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
+    positives = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
     summary = summarise(candidates, positives, kept, dropped, cfg.mine)
     summary["skipped_above_ceiling"] = mined.skipped_above_ceiling
+    if previous is not None:
+        summary["incremental"] = {
+            "queries_reused": reused.len(),
+            "queries_mined": to_mine[S.QUERY].n_unique(),
+        }
     dropped_by_reason = summary.pop("dropped_by_reason")
     return StageResult(
         stage="mine",
@@ -391,10 +408,32 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
             "rows_in_means": "candidates considered: for each (query, positive) pair, each "
             "listing retrieved for its query: its top mine.search_depth and, for queries left "
             "short, its best listings at or below the margin up to rank mine.range_max; "
-            "skipped_above_ceiling counts the listings stepped over (inside the margin)",
-            "candidates_per_query": candidates.height / max(1, len(embedded.queries)),
+            "skipped_above_ceiling counts the listings stepped over (inside the margin) by the "
+            "queries mined in this build",
+            "candidates_per_query": candidates.height / max(1, pairs[S.QUERY].n_unique()),
             "retrieval_rounds": mined.rounds,
             "index": retrieval.info["index"],
             "embedding": {k: v for k, v in embedded.stats.items() if k != "embed_s"},
         },
+    )
+
+
+def _with_reused(
+    state: PreviousMining,
+    reused: pl.Series,
+    candidates: pl.DataFrame,
+    kept: pl.DataFrame,
+    dropped: pl.DataFrame,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """This build's (candidates, kept, dropped) with the reused queries' previous rows added,
+    in the order a full build writes them."""
+    old_kept, old_dropped = state.rows_of(reused)
+    old_candidates = pl.concat(
+        [rows.select(candidates.columns) for rows in (old_kept, old_dropped)]
+    ).unique([S.QUERY, S.NEGATIVE_LISTING_ID])
+    order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
+    return (
+        pl.concat([candidates, old_candidates]),
+        pl.concat([kept, old_kept.select(kept.columns)]).sort(order),
+        pl.concat([dropped, old_dropped.select(dropped.columns)]).sort(order),
     )

@@ -21,6 +21,8 @@ import numpy as np
 import polars as pl
 from datasketch import MinHash
 
+from pairsieve.embed import EmbeddingCache
+
 log = logging.getLogger(__name__)
 
 _MAX32 = np.uint32(0xFFFFFFFF)
@@ -96,6 +98,29 @@ def signatures(shingles: pl.Series, num_perm: int, seed: int) -> np.ndarray:
     return out
 
 
+class SignatureEncoder:
+    """MinHash signatures behind the `embed.Encoder` interface, so `embed.embed_texts` caches
+    them like vectors: per text, keyed by the shingling, permutations and seed."""
+
+    def __init__(self, shingle_kind: str, shingle_size: int, num_perm: int, seed: int) -> None:
+        self.shingling = (shingle_kind, shingle_size)
+        self.num_perm, self.seed = num_perm, seed
+        self.model_key = f"minhash-v1-{shingle_kind}{shingle_size}-p{num_perm}-s{seed}"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        """(n, num_perm) uint32 signatures of the texts' shingles."""
+        shingles = pl.select(
+            shingle_expr(pl.lit(pl.Series(texts, dtype=pl.String)), *self.shingling)
+        )
+        return signatures(shingles.to_series(), self.num_perm, self.seed)
+
+
+class SignatureCache(EmbeddingCache):
+    """Signatures on disk, stored like embeddings (immutable parts, safe to share)."""
+
+    dtype = np.uint32
+
+
 def _area(threshold_lo: float, threshold_hi: float, b: int, r: int, above: bool) -> float:
     grid = np.linspace(threshold_lo, threshold_hi, 201)
     caught = 1.0 - (1.0 - grid**r) ** b
@@ -131,8 +156,11 @@ def _band_keys(sig: np.ndarray) -> np.ndarray:
     return key
 
 
-def pairs_within_groups(keys: np.ndarray, max_group: int) -> tuple[np.ndarray, int]:
-    """All (i, j), i < j, of rows sharing a key, skipping groups larger than ``max_group``.
+def pairs_within_groups(
+    keys: np.ndarray, max_group: int, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
+    """All (i, j), i < j, of rows sharing a key, skipping groups larger than ``max_group``; with
+    ``wanted`` ((n,) bool), only groups holding a wanted row (a day-2 build's changed titles).
 
     Returns ((m, 2) int64 pairs, number of skipped oversized groups). A group of s rows yields
     s(s-1)/2 pairs, so a cap keeps one common key (a band of near-empty titles, a word shared by
@@ -143,6 +171,8 @@ def pairs_within_groups(keys: np.ndarray, max_group: int) -> tuple[np.ndarray, i
     starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
     sizes = np.diff(np.r_[starts, len(keys)])
     keep = (sizes >= 2) & (sizes <= max_group)
+    if wanted is not None and len(keys):
+        keep &= np.add.reduceat(wanted[order].astype(np.int64), starts) > 0
     skipped = int(np.sum(sizes > max_group))
     group_of = np.repeat(np.arange(len(starts)), sizes)
     members = np.repeat(keep, sizes)
@@ -160,12 +190,15 @@ def pairs_within_groups(keys: np.ndarray, max_group: int) -> tuple[np.ndarray, i
     return pairs, skipped
 
 
-def lsh_pairs(sig: np.ndarray, bands: int, rows: int, max_bucket: int) -> tuple[np.ndarray, int]:
-    """Candidate pairs ((m, 2) int64, i < j, unique) sharing at least one band bucket."""
+def lsh_pairs(
+    sig: np.ndarray, bands: int, rows: int, max_bucket: int, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
+    """Candidate pairs ((m, 2) int64, i < j, unique) sharing at least one band bucket (one
+    holding a ``wanted`` row, when given)."""
     found, skipped = [], 0
     for band in range(bands):
         keys = _band_keys(sig[:, band * rows : (band + 1) * rows])
-        pairs, n_skipped = pairs_within_groups(keys, max_bucket)
+        pairs, n_skipped = pairs_within_groups(keys, max_bucket, wanted)
         found.append(pairs)
         skipped += n_skipped
     return unique_pairs(np.concatenate(found) if found else np.empty((0, 2), np.int64)), skipped

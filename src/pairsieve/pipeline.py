@@ -64,8 +64,8 @@ def cluster_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> S
 
 
 @task(name="mine", **_TASK_OPTIONS)
-def mine_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
-    return steps.mine_step(cfg, run_dir)
+def mine_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> StageResult:
+    return steps.mine_step(cfg, run_dir, Path(previous) if previous else None)
 
 
 @task(name="shards", **_TASK_OPTIONS)
@@ -149,7 +149,8 @@ def build(
 
     One build at a time writes ``out`` (a lock beside it); work happens in a staging folder that
     a crashed run resumes from, and readers see the new build only once it is complete. With
-    ``previous`` (the last published build folder) product ids carry over from it.
+    ``previous`` (the last published build folder) product ids carry over from it and its
+    clustering and mining are reused where their inputs did not change.
     """
     cfg = build_config(config or {})
     # The watchdog stops the process (exit 2, `memory_budget`) once it is over the budget.
@@ -161,7 +162,7 @@ def build(
         mem.stage = "cluster"
         results.append(cluster_task(cfg, run_dir, previous))
         mem.stage = "mine"
-        results.append(mine_task(cfg, run_dir))
+        results.append(mine_task(cfg, run_dir, previous))
         mem.stage = "shards"
         results.append(shards_task(cfg, run_dir))
         mem.stage = "report"

@@ -31,6 +31,7 @@ REPORT_SCHEMA_VERSION = 1
 SECTION_ORDER = (
     "audit",
     "accounting",
+    "changes",
     "duplicates",
     "batches",
     "temperature",
@@ -38,6 +39,7 @@ SECTION_ORDER = (
     "quality",
     "recommendations",
 )
+FIRST_BUILD_ABSENT = {"changes"}  # sections a first build has nothing for: not "missing"
 # Thresholds of the recommendations, stated in the text each one prints.
 MAX_FN_PER_ANCHOR = 0.01  # above this many same-product candidates per anchor, mask or reorder
 MIN_P_CLEAN = 0.95  # below this share of clean random batches, mask or reorder
@@ -326,6 +328,7 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
     """Every section that the run folder has inputs for; absent ones are listed in ``missing``."""
     builders = {
         "accounting": lambda: R.accounting_section(run_dir),
+        "changes": lambda: R.changes_section(run_dir),
         "duplicates": lambda: duplicates_from_run(cfg, run_dir),
         "batches": lambda: batches_from_run(cfg, run_dir),
         "temperature": lambda: temperature_from_run(cfg, run_dir),
@@ -341,7 +344,7 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
     }
     for key, build in builders.items():
         report[key] = build()
-        if report[key] is None:
+        if report[key] is None and key not in FIRST_BUILD_ABSENT:
             report["missing"].append(f"{key}: inputs absent in {run_dir}")
     report["recommendations"] = recommendations_section(cfg, report)
     return report

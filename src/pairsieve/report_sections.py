@@ -88,6 +88,58 @@ def accounting_section(run_dir: Path) -> dict[str, Any] | None:
     )
 
 
+def changes_section(run_dir: Path) -> dict[str, Any] | None:
+    """What changed since the previous build (`--previous`): product ids born, merged, split and
+    removed (`cluster/id_changes.parquet`) and what each stage reused; None on a first build."""
+    from pairsieve.lineage import CHANGE, ID_CHANGES_FILE
+
+    cluster = load_result(run_dir / "cluster")
+    path = run_dir / "cluster" / ID_CHANGES_FILE
+    if cluster is None or not cluster.details.get("build_number") or not path.exists():
+        return None
+    changes = pl.read_parquet(path)
+    counts = dict(changes[CHANGE].value_counts().iter_rows())
+    kinds = ["new", "merged", "split", "removed"]
+    mine = load_result(run_dir / "mine")
+    reused_queries = (mine.details.get("incremental") or {}) if mine else {}
+    figures = {
+        "build_number": cluster.details["build_number"],
+        **{f"products_{kind}": int(counts.get(kind, 0)) for kind in kinds},
+        "titles_unchanged": cluster.details.get("settled_nodes"),
+        "pairs_reused": cluster.details.get("reused_pairs"),
+        "queries_reused": reused_queries.get("queries_reused"),
+        "queries_mined": reused_queries.get("queries_mined"),
+    }
+    why_not = [
+        f"{name}: not reused ({details['why_not']})"
+        for name, details in (
+            ("cluster", cluster.details.get("incremental") or {}),
+            ("mine", reused_queries),
+        )
+        if details.get("why_not")
+    ]
+    rows = changes.sort(CHANGE, S.PRODUCT_ID).head(200).to_dicts()
+    return section(
+        "Changes since the previous build",
+        figures=figures,
+        tables={"id changes (first 200)": rows},
+        charts=[
+            chart(
+                "changes",
+                "Product ids changed since the previous build",
+                kinds,
+                {"products": [int(counts.get(kind, 0)) for kind in kinds]},
+                y_label="products",
+            )
+        ],
+        notes=why_not
+        + [
+            "A merge keeps the older id (the other is its alias); a split keeps the id on the "
+            "part holding most of the product's listings."
+        ],
+    )
+
+
 def size_histogram(sizes: np.ndarray) -> list[dict[str, Any]]:
     """Products and listings per cluster-size bucket."""
     rows = []

@@ -55,6 +55,7 @@ COSINE = "cosine"
 SIGNAL = "signal"
 ACCEPTED = "accepted"
 VETO_REASON = "veto_reason"
+LINK_SCORE = "link_score"  # pairs.parquet: the verifier's score that average linkage sums
 
 # --- mine outputs --------------------------------------------------------------------------------
 POSITIVE_LISTING_ID = "positive_listing_id"

@@ -14,9 +14,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from pairsieve import schemas as S
+from pairsieve.cluster_reuse import PreviousClustering
 from pairsieve.config import PairsieveConfig
 from pairsieve.embed import Encoder, shared_encoder
-from pairsieve.stage import StageResult, run_stage, stage_fingerprint
+from pairsieve.mine_reuse import PreviousMining
+from pairsieve.stage import StageResult, load_result, run_stage, stage_fingerprint
 
 # Config sections whose values change a stage's output (plus everything upstream of it).
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -99,7 +101,6 @@ def _with_lineage(result: StageResult, tmp: Path, previous: Path | None) -> Stag
     import polars as pl
 
     from pairsieve import io, lineage
-    from pairsieve.stage import load_result
 
     products = pl.read_parquet(tmp / S.PRODUCTS_FILE)
     build_number = 0
@@ -120,10 +121,21 @@ def _with_lineage(result: StageResult, tmp: Path, previous: Path | None) -> Stag
     return replace(result, details=details, outputs=outputs)
 
 
+def _previous_clustering(
+    cfg: PairsieveConfig, previous: Path | None
+) -> tuple[PreviousClustering | None, str | None]:
+    """(the previous build's clustering state to reuse, None) or (None, why it is not reused)."""
+    if previous is None:
+        return None, None
+    loaded = PreviousClustering.load(previous, section_hash(cfg, "cluster"))
+    return (None, loaded) if isinstance(loaded, str) else (loaded, None)
+
+
 def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None) -> StageResult:
     """Cluster ingested listings into products under `run_dir/cluster/`.
 
-    With ``previous`` (the folder of the last published build) product ids carry over from it.
+    With ``previous`` (the folder of the last published build) product ids carry over from it
+    and its verified pairs between unchanged titles are reused (`cluster_reuse`).
     """
     from pairsieve import cluster
     from pairsieve.io import sha256_file
@@ -135,7 +147,11 @@ def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = No
         fingerprint += ":" + sha256_file(previous / "cluster" / S.PRODUCTS_FILE)
 
     def body(tmp: Path) -> StageResult:
-        result = cluster.run(cfg, listings, tmp, _encoder(cfg))
+        reuse, why_not = _previous_clustering(cfg, previous)
+        result = cluster.run(cfg, listings, tmp, _encoder(cfg), reuse)
+        if previous is not None:
+            incremental = {"reused": reuse is not None, "why_not": why_not}
+            result = replace(result, details={**result.details, "incremental": incremental})
         return _with_lineage(result, tmp, previous)
 
     return run_stage("cluster", run_dir, section_hash(cfg, "cluster"), fingerprint, body)
@@ -149,14 +165,31 @@ def _run_downstream(
     return run_stage(stage, run_dir, section_hash(cfg, stage), fingerprint, body)
 
 
-def mine_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
-    """Mine hard negatives that never share the positive's product into `run_dir/mine/`."""
+def mine_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None) -> StageResult:
+    """Mine hard negatives that never share the positive's product into `run_dir/mine/`.
+
+    With ``previous`` (the last published build) unchanged queries keep its negatives
+    (`mine_reuse`).
+    """
     from pairsieve import mine
+    from pairsieve.io import sha256_file
 
     inputs = _artifacts(run_dir, "clicks", "listings", "products")
-    return _run_downstream(
-        cfg, run_dir, "mine", lambda tmp: mine.run(cfg, *inputs, tmp, _encoder(cfg))
-    )
+    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["mine"]))
+    if previous is not None and (Path(previous) / "mine" / S.NEGATIVES_FILE).exists():
+        fingerprint += ":" + sha256_file(Path(previous) / "mine" / S.NEGATIVES_FILE)
+
+    def body(tmp: Path) -> StageResult:
+        if previous is None:
+            return mine.run(cfg, *inputs, tmp, _encoder(cfg))
+        loaded = PreviousMining.load(Path(previous), section_hash(cfg, "mine"))
+        if isinstance(loaded, str):
+            result = mine.run(cfg, *inputs, tmp, _encoder(cfg))
+            return replace(result, details={**result.details, "incremental": {"why_not": loaded}})
+        build_number = load_result(Path(run_dir) / "cluster").details["build_number"]
+        return mine.run(cfg, *inputs, tmp, _encoder(cfg), (loaded, build_number))
+
+    return run_stage("mine", run_dir, section_hash(cfg, "mine"), fingerprint, body)
 
 
 def shards_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:

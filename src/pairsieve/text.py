@@ -41,6 +41,13 @@ def normalize_expr(expr: pl.Expr) -> pl.Expr:
     )
 
 
+def brand_expr(columns: list[str]) -> pl.Expr:
+    """The ``brand`` column normalised like titles, "" when missing or absent."""
+    if "brand" not in columns:
+        return pl.lit("").alias("brand")
+    return normalize_expr(pl.col("brand").cast(pl.String)).fill_null("").alias("brand")
+
+
 def normalize(text: str) -> str:
     """The same normalisation as `normalize_expr` for one string."""
     out = unicodedata.normalize("NFKC", text).lower()

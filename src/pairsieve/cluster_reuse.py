@@ -1,0 +1,137 @@
+"""Day-2 clustering: reuse the previous build's verified pairs between listings that did not change.
+
+Candidate generation and verification are most of clustering's work, and a daily build changes a
+few percent of the catalog. A node (one distinct title) is *settled* when its representative
+listing was in the previous build with the same title and brand and no listing that left or
+changed shared its title: then every previous pair between two settled nodes is still the pair
+a full build would verify, and is reused as it was recorded (`pairs.parquet`, with its
+`link_score`). Only pairs touching an unsettled node (new titles, new representatives) are
+generated, by the same four signals over the whole catalog, and verified. Average linkage then
+runs over all pairs as in a full build, so a new copy can join an old product and two old
+products can merge through it.
+
+What differs from a full build (measured in benchmarks/RESULTS.md, "incremental"): a settled
+pair keeps the score of the build that verified it (the verifier's word weights come from that
+build's catalog), and an old node gains a new node as embedding neighbour only when the new
+node finds the old one among its own nearest neighbours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve import text
+from pairsieve.cluster_verify import INFORMATIVE
+from pairsieve.stage import load_result
+
+_NODE = "_node"
+# pairs.parquet columns a reused pair needs; written by this version of the cluster stage.
+PAIR_COLUMNS = (
+    S.LISTING_A,
+    S.LISTING_B,
+    S.SIGNAL,
+    S.JACCARD,
+    S.COSINE,
+    S.LINK_SCORE,
+    S.ACCEPTED,
+    S.VETO_REASON,
+)
+
+
+def _identity(listings: pl.DataFrame) -> pl.DataFrame:
+    """(listing_id, title, brand): what a listing's pairs were computed from, brand normalised
+    as `cluster.prepare` has it."""
+    return listings.select(
+        pl.col(S.LISTING_ID).cast(pl.String), S.TITLE, text.brand_expr(listings.columns)
+    )
+
+
+@dataclass(frozen=True)
+class PreviousClustering:
+    """The previous build's listings and scored pairs, read from its folder."""
+
+    listings: pl.DataFrame  # listing_id, title, brand (when the catalog has one)
+    pairs: pl.DataFrame  # PAIR_COLUMNS
+
+    @staticmethod
+    def load(previous: Path, config_hash: str) -> PreviousClustering | str:
+        """The previous build's clustering state, or why it cannot be reused (then the stage
+        clusters from scratch): a different cluster config, or files from an older version."""
+        recorded = load_result(previous / "cluster")
+        if recorded is None or recorded.config_hash != config_hash:
+            return "the previous build was clustered with a different config"
+        pairs_path = previous / "cluster" / S.PAIRS_FILE
+        listings_path = previous / "ingest" / S.LISTINGS_FILE
+        if not (pairs_path.exists() and listings_path.exists()):
+            return "the previous build lacks ingest/listings.parquet or cluster/pairs.parquet"
+        if S.LINK_SCORE not in pl.read_parquet_schema(pairs_path):
+            return "the previous build's pairs.parquet has no link_score (older version)"
+        columns = [c for c in (S.LISTING_ID, S.TITLE, S.BRAND) if c in _schema(listings_path)]
+        return PreviousClustering(
+            pl.read_parquet(listings_path, columns=columns),
+            pl.read_parquet(pairs_path, columns=list(PAIR_COLUMNS)),
+        )
+
+    def settled(self, frame: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:
+        """(n_nodes,) bool: nodes whose previous pairs are still valid (see module docstring).
+
+        ``frame`` and ``nodes`` are `cluster.prepare` and `cluster.node_table` of today's
+        catalog (``frame`` keeps the raw title and the normalised brand).
+        """
+        before = _identity(self.listings)
+        today = frame.select(S.LISTING_ID, S.TITLE, S.BRAND)
+        same = [S.LISTING_ID, S.TITLE, S.BRAND]
+        kept = today.join(before, on=same, how="semi")[S.LISTING_ID]
+        rep_kept = nodes[S.LISTING_ID].is_in(kept.implode()).to_numpy()
+        gone = before.join(today, on=same, how="anti")
+        return rep_kept & ~self._shares_title_with(gone, nodes)
+
+    @staticmethod
+    def _shares_title_with(gone: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:
+        """(n_nodes,) bool: informative nodes whose normalised title and brand a listing that
+        left or changed had (the node lost a member its previous pairs may have come from)."""
+        keys = gone.select(text.normalize_expr(pl.col(S.TITLE)).alias(S.TITLE_NORM), S.BRAND)
+        hit = nodes.join(keys.unique(), on=[S.TITLE_NORM, S.BRAND], how="semi")
+        hit = hit.filter(pl.col(INFORMATIVE))[_NODE].to_numpy()
+        out = np.zeros(len(nodes), dtype=bool)
+        out[hit] = True
+        return out
+
+    def pairs_between(self, nodes: pl.DataFrame, settled: np.ndarray) -> pl.DataFrame:
+        """The previous pairs between two settled nodes, as scored node pairs (a < b) with the
+        columns `cluster_verify.verify` gives."""
+        reps = pl.DataFrame(
+            {
+                S.LISTING_ID: nodes[S.LISTING_ID].filter(pl.Series(settled)),
+                _NODE: np.flatnonzero(settled).astype(np.int64),
+            }
+        )
+        mapped = self.pairs.join(
+            reps.rename({S.LISTING_ID: S.LISTING_A, _NODE: "_a"}), on=S.LISTING_A
+        ).join(reps.rename({S.LISTING_ID: S.LISTING_B, _NODE: "_b"}), on=S.LISTING_B)
+        return mapped.filter(pl.col("_a") != pl.col("_b")).select(
+            pl.min_horizontal("_a", "_b").alias("a"),
+            pl.max_horizontal("_a", "_b").alias("b"),
+            S.SIGNAL,
+            S.JACCARD,
+            S.COSINE,
+            pl.col(S.LINK_SCORE).alias("score"),
+            S.ACCEPTED,
+            S.VETO_REASON,
+        )
+
+
+def _schema(path: Path) -> list[str]:
+    return list(pl.read_parquet_schema(path))
+
+
+def touching(pairs: np.ndarray, unsettled: np.ndarray | None) -> np.ndarray:
+    """The (m, 2) node pairs with at least one unsettled end (all of them when None)."""
+    if unsettled is None:
+        return pairs
+    return pairs[unsettled[pairs[:, 0]] | unsettled[pairs[:, 1]]]
