@@ -91,3 +91,15 @@ def test_scan_below_matches_a_full_sort_with_ties(head, depth):
         expected, expected_above = brute_force_below(vectors, queries[q], ceilings[q], head, depth)
         assert got == expected and above[q] == expected_above
         assert np.allclose(scores[rows == q], vectors[ids[rows == q]] @ queries[q], atol=1e-5)
+
+
+def test_top_sorted_is_the_prefix_of_a_full_sort_with_and_without_ties() -> None:
+    from pairsieve.knn import _top_sorted
+
+    rng = np.random.default_rng(11)
+    tied = rng.integers(0, 6, size=(40, 300)).astype(np.float32)  # ties everywhere
+    distinct = rng.standard_normal((40, 300)).astype(np.float32)
+    for scores in (tied, distinct, np.where(distinct > 0.5, -np.inf, distinct)):
+        full = np.lexsort((np.broadcast_to(np.arange(300), scores.shape), -scores), axis=1)
+        for k in (1, 7, 50, 300):
+            assert np.array_equal(_top_sorted(scores, k), full[:, :k])

@@ -180,6 +180,8 @@ def _check_reuse(cfg, results, before: Path, after: Path) -> None:
         after / "full-mine",
     )
     assert full.rows_out > 0
+    order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
+    assert kept.equals(kept.sort(order)) and dropped.equals(dropped.sort(order))
     full_kept = pl.read_parquet(after / "full-mine" / "negatives.parquet")
     full_dropped = pl.read_parquet(after / "full-mine" / "negatives_dropped.parquet")
     old_kept = pl.read_parquet(before / "mine" / "negatives.parquet")

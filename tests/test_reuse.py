@@ -180,9 +180,12 @@ def test_a_regrouped_retitled_or_removed_listing_sends_its_queries_back_to_minin
         .otherwise(pl.col(S.PRODUCT_ID))
         .alias(S.PRODUCT_ID)
     )
-    assert _reused(state, pairs, listings, split) == ["q2"]  # l3, l4 no longer one product
+    # l4 was only a dropped candidate of q1: its new product changes no kept row.
+    assert _reused(state, pairs, listings, split) == ["q1", "q2"]
     merged = products.with_columns(pl.col(S.PRODUCT_ID).replace({"p2": "p1"}))
     assert _reused(state, pairs, listings, merged) == ["q2"]  # q1's negative l2 joined l1
+    negatives_merged = products.with_columns(pl.col(S.PRODUCT_ID).replace({"p3": "p2"}))
+    assert _reused(state, pairs, listings, negatives_merged) == ["q2"]  # q1: l2, l3 one product
     retitled = listings.with_columns(pl.col(S.TITLE).replace({"t5": "t5b"}))
     assert _reused(state, pairs, retitled, products) == ["q1"]
     removed = listings.filter(pl.col(S.LISTING_ID) != "l3")
@@ -210,3 +213,38 @@ def test_reused_rows_are_the_previous_rows_of_those_queries():
     kept, dropped = state.rows_of(pl.Series(S.QUERY, ["q1"]))
     assert kept[S.NEGATIVE_LISTING_ID].to_list() == ["l2", "l3"]
     assert dropped[S.NEGATIVE_LISTING_ID].to_list() == ["l4"]
+
+
+def test_a_previous_build_with_another_config_or_older_files_is_not_reused(tmp_path):
+    from pairsieve.stage import StageResult, run_stage
+
+    def stage(name: str, files: dict[str, pl.DataFrame]) -> None:
+        def body(folder: Path) -> StageResult:
+            for file, frame in files.items():
+                frame.write_parquet(folder / file)
+            return StageResult(stage=name, rows_in=0, rows_out=0)
+
+        run_stage(name, tmp_path, "hash-1", "inputs", body)
+
+    listings = pl.DataFrame({S.LISTING_ID: ["a"], S.TITLE: ["t"]})
+    stage(
+        "ingest",
+        {
+            S.LISTINGS_FILE: listings,
+            S.CLICKS_FILE: pl.DataFrame({S.QUERY: ["q"], S.LISTING_ID: ["a"]}),
+        },
+    )
+    old_pairs = pl.DataFrame({S.LISTING_A: ["a"], S.LISTING_B: ["b"], S.SIGNAL: ["minhash"]})
+    stage(
+        "cluster",
+        {
+            S.PAIRS_FILE: old_pairs,
+            S.PRODUCTS_FILE: listings.select(S.LISTING_ID, product_id=pl.lit("p")),
+        },
+    )
+    assert "different config" in PreviousClustering.load(tmp_path, "hash-2")
+    assert "no link_score" in PreviousClustering.load(tmp_path, "hash-1")
+    assert "different config" in PreviousMining.load(tmp_path, "hash-1")  # never mined
+    stage("mine", {S.NEGATIVES_FILE: _rows("q", "a", [])})
+    assert "lacks" in PreviousMining.load(tmp_path, "hash-1")
+    assert "different config" in PreviousMining.load(tmp_path, "hash-2")

@@ -88,3 +88,42 @@ def test_verify_accepts_by_probability_and_rule_stays_available() -> None:
     rule = learned.model_copy(update={"verifier": "rule"})
     by_rule = cluster_verify.verify(rule, candidates, nodes, attrs, vectors)
     assert np.allclose(by_rule["score"].to_numpy(), [1.0, 0.0, 0.0])
+
+
+_FEATURES_DIGEST = """
+import hashlib
+import numpy as np, polars as pl
+from pairsieve import text, verifier
+from pairsieve.cluster_verify import _AttributeColumns
+titles = pl.read_parquet("{sample}")["title"].head(300).to_list()
+columns = _AttributeColumns([text.extract_attributes(text.normalize(t)) for t in titles])
+rng = np.random.default_rng(0)
+a, b = rng.integers(0, 300, 2000), rng.integers(0, 300, 2000)
+pairs = verifier.PairInputs(a, b, columns.jaccard(a, b), np.zeros(2000, bool), ["minhash"] * 2000,
+                            rng.random(2000))
+features = verifier.pair_features(columns.attrs, columns.words, columns.vocab, pairs)
+print(hashlib.sha256(b"".join(np.asarray(features[k], np.float64).tobytes()
+                              for k in sorted(features))).hexdigest())
+"""
+
+
+def test_pair_features_do_not_depend_on_pythons_string_hashing() -> None:
+    """Set iteration order changes with PYTHONHASHSEED; the IDF sums must not (they did, in the
+    last bit, which made pairs.parquet's link_score differ between two runs)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "sample" / "catalog.parquet"
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", _FEATURES_DIGEST.format(sample=sample)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(digests) == 1

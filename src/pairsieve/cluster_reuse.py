@@ -12,8 +12,10 @@ products can merge through it.
 
 What differs from a full build (measured in benchmarks/RESULTS.md, "incremental"): a settled
 pair keeps the score of the build that verified it (the verifier's word weights come from that
-build's catalog), and an old node gains a new node as embedding neighbour only when the new
-node finds the old one among its own nearest neighbours.
+build's catalog); two settled nodes are never paired anew (a code block or LSH bucket that
+shrank below `cluster.max_bucket` pairs only its unsettled members); and an old node gains a new
+node as embedding neighbour only when the new node finds the old one among its own nearest
+neighbours.
 """
 
 from __future__ import annotations

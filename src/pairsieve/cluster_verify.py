@@ -26,14 +26,19 @@ INFORMATIVE = "_informative"  # node column: the title carries a brand, model or
 
 
 def _set_matrix(sets: list, vocab: dict | None = None) -> tuple[csr_matrix, dict]:
-    """(n, |vocab|) binary CSR of n sets (row i holds set i) and the item -> column vocabulary."""
+    """(n, |vocab|) binary CSR of n sets (row i holds set i) and the item -> column vocabulary.
+
+    Items are taken in sorted order, not set order: set order follows Python's per-process
+    string hashing, and the float sums over a row (IDF masses) would differ in the last bit
+    from one run to the next.
+    """
     from scipy.sparse import csr_matrix
 
     vocab = {} if vocab is None else vocab
     indptr = np.zeros(len(sets) + 1, dtype=np.int64)
     indices: list[int] = []
     for i, items in enumerate(sets):
-        indices.extend(vocab.setdefault(item, len(vocab)) for item in items)
+        indices.extend(vocab.setdefault(item, len(vocab)) for item in sorted(items))
         indptr[i + 1] = len(indices)
     data = np.ones(len(indices), dtype=np.int32)
     matrix = csr_matrix(

@@ -48,7 +48,23 @@ def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray,
 
 def _top_sorted(scores: np.ndarray, k: int) -> np.ndarray:
     """Column ids of each row's ``k`` best scores, ordered by (score desc, id asc); ties at the
-    cut go to the smaller ids, so the result is the prefix of a full sort."""
+    cut go to the smaller ids, so the result is the prefix of a full sort.
+
+    `np.argpartition` picks the top k in one pass; only rows where it had to choose among
+    values tied at the cut (rare with float scores) are redone by `_top_with_ties`.
+    """
+    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    picked = np.take_along_axis(scores, top, 1)
+    kth = picked.min(axis=1, keepdims=True)
+    ties = (scores == kth).sum(axis=1) > (picked == kth).sum(axis=1)
+    if ties.any():
+        top[ties] = _top_with_ties(scores[ties], k)
+        picked[ties] = np.take_along_axis(scores[ties], top[ties], 1)
+    return np.take_along_axis(top, np.lexsort((top, -picked), axis=1), 1)
+
+
+def _top_with_ties(scores: np.ndarray, k: int) -> np.ndarray:
+    """`_top_sorted` by counting: the values above the cut, then the smallest ids tied at it."""
     kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1 : k]  # (c, 1)
     greater = scores > kth
     equal = scores == kth

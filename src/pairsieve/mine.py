@@ -431,9 +431,10 @@ def _with_reused(
     old_candidates = pl.concat(
         [rows.select(candidates.columns) for rows in (old_kept, old_dropped)]
     ).unique([S.QUERY, S.NEGATIVE_LISTING_ID])
-    order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
+    # Both sides are sorted by (query, positive, rank) and share no query: merging on the query
+    # gives the full build's order without sorting again.
     return (
         pl.concat([candidates, old_candidates]),
-        pl.concat([kept, old_kept.select(kept.columns)]).sort(order),
-        pl.concat([dropped, old_dropped.select(dropped.columns)]).sort(order),
+        kept.merge_sorted(old_kept.select(kept.columns), key=S.QUERY),
+        dropped.merge_sorted(old_dropped.select(dropped.columns), key=S.QUERY),
     )

@@ -1,20 +1,22 @@
 """Day-2 mining: keep the previous build's negatives of a query whose inputs did not change.
 
-A query's mined rows depend on its positives, the listings it retrieved (their titles and
-product ids) and the config. A query is *reused* (its kept and dropped rows copied from the
-previous build) when its clicked listings are the same set, every listing among its positives
-and previous candidates is still in the catalog with the same title, those listings are grouped
-into products as before (ids may change: only the grouping decides the filter), the mine config
-is unchanged, and it is not due for refresh; every other query is mined as in a full build.
-Safety holds by construction: a reused negative is still a listing of another product than its
-positive, as the grouping of the two did not change.
+A query is *reused* (its kept and dropped rows copied from the previous build) when its
+clicked listings are the same set, every listing it saw (positives and candidates) is still in
+the catalog with the same title, its positives and kept negatives are grouped into products as
+before (ids may change: only the grouping matters), the mine config is unchanged, and it is not
+due for refresh; every other query is mined as in a full build. Safety holds by construction: a
+reused negative is still of another product than its positive, and the negatives of a pair
+still come from distinct products.
 
-What a reused query misses is new listings: one that would now rank among its candidates enters
-its negatives only when the query is mined again. With 2% new listings a new listing lands among
-the candidates of most queries (the margin sends many queries hundreds of ranks deep), so exact
-reuse would mine nearly everything again; instead staleness is bounded: each build re-mines the
-queries whose hash falls in its slot of `mine.refresh_builds`, so no query's negatives are older
-than that many builds.
+What a reused query does not see is change elsewhere: a new listing that would now rank among
+its candidates, or a dropped candidate whose product changed (its reason in
+`negatives_dropped.parquet` is the one it was dropped for). Reusing only queries whose whole
+candidate list is untouched would mine nearly everything again: with 2% new listings a new
+listing lands among the candidates of over 90% of queries (the margin sends most queries
+hundreds of ranks deep), and each of 200k listings' queries sees ~230 listings of ~50 products,
+so the 3% of products a day's clustering regroups touch a third of the queries. Staleness is
+bounded instead: each build re-mines the queries whose hash falls in its slot of
+`mine.refresh_builds`, so no query's rows are older than that many builds.
 """
 
 from __future__ import annotations
@@ -91,8 +93,20 @@ class PreviousMining:
                     (self.pairs, _ID),
                 )
             ]
-        ).unique()
-        touched = _touched_queries(seen, self.listings, today)
+        )
+        deciding = pl.concat(  # the listings the kept rows rest on: positives, kept negatives
+            [
+                self.kept.select(S.QUERY, pl.col(S.NEGATIVE_LISTING_ID).alias(_ID)),
+                self.pairs.select(S.QUERY, _ID),
+            ]
+        )
+        gone = self.listings.join(today, on=[_ID, S.TITLE], how="anti")[_ID]
+        touched = pl.concat(
+            [
+                seen.filter(pl.col(_ID).is_in(gone.implode()))[S.QUERY],
+                _regrouped_queries(deciding, self.listings, today),
+            ]
+        )
         same_clicks = _clicked_sets(pairs).join(_clicked_sets(self.pairs), on=[S.QUERY, "_set"])
         candidates = same_clicks.filter(~pl.col(S.QUERY).is_in(touched.implode()))[S.QUERY]
         slot = build_number % every
@@ -111,31 +125,24 @@ def refresh_slot(query: str, every: int) -> int:
     return int(S.stable_hash(query), 16) % every
 
 
-def _touched_queries(seen: pl.DataFrame, before: pl.DataFrame, today: pl.DataFrame) -> pl.Series:
-    """Queries with a listing (among ``seen``: query, listing_id) that left or changed title, or
-    whose listings are grouped into products differently from before. Only the grouping matters
-    to the filter (same product as a positive, one negative per product), so a product that
-    merely changed id, or changes among listings a query never saw, leave it alone."""
+def _regrouped_queries(
+    deciding: pl.DataFrame, before: pl.DataFrame, today: pl.DataFrame
+) -> pl.Series:
+    """Queries whose listings in ``deciding`` (query, listing_id) are grouped into products
+    differently from before: a kept negative joined a positive's product, or two negatives now
+    share one. Only the grouping matters, so a product that merely changed id leaves a query
+    alone."""
     own = pl.col(_ID)  # an unclustered listing is its own product
-    rows = seen.join(
-        before.select(_ID, S.TITLE, pl.col(S.PRODUCT_ID).fill_null(own).alias("_old")),
-        on=_ID,
-        how="left",
-    ).join(
-        today.select(
-            _ID, pl.col(S.TITLE).alias("_title"), pl.col(S.PRODUCT_ID).fill_null(own).alias("_new")
-        ),
-        on=_ID,
-        how="left",
-    )
+    rows = deciding.join(
+        before.select(_ID, pl.col(S.PRODUCT_ID).fill_null(own).alias("_old")), on=_ID, how="left"
+    ).join(today.select(_ID, pl.col(S.PRODUCT_ID).fill_null(own).alias("_new")), on=_ID, how="left")
     per_query = rows.group_by(S.QUERY).agg(
-        (pl.col("_title").is_null() | (pl.col("_title") != pl.col(S.TITLE))).any().alias("_gone"),
-        pl.col("_old").n_unique().alias("_old"),
-        pl.col("_new").n_unique().alias("_new"),
+        pl.col("_old").n_unique(),
+        pl.col("_new").n_unique(),
         pl.struct("_old", "_new").n_unique().alias("_both"),
     )
     regrouped = (pl.col("_old") != pl.col("_both")) | (pl.col("_new") != pl.col("_both"))
-    return per_query.filter(pl.col("_gone") | regrouped)[S.QUERY]
+    return per_query.filter(regrouped)[S.QUERY]
 
 
 def _clicked_sets(pairs: pl.DataFrame) -> pl.DataFrame:
