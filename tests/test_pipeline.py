@@ -168,6 +168,8 @@ def _check_reuse(cfg, results, before: Path, after: Path) -> None:
     cluster, mined = results[1].details, results[2].details
     assert cluster["incremental"] == {"reused": True, "why_not": None}
     assert 0 < cluster["settled_nodes"] and cluster["reused_pairs"] > 0
+    # Signatures of unchanged titles come from the cache: at most the changed titles' are new.
+    assert 0 < cluster["signatures_computed"] <= cluster["titles"] - cluster["settled_nodes"]
     reused, fresh = mined["incremental"]["queries_reused"], mined["incremental"]["queries_mined"]
     assert reused > 0 and fresh > 0
     kept = pl.read_parquet(after / "mine" / "negatives.parquet")

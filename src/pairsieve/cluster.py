@@ -389,7 +389,7 @@ def cluster_listings(
     common = common_codes(attrs, c.max_bucket)
     attrs = [a.without_codes(common) for a in attrs]
     timings["attributes_s"] = time.perf_counter() - started
-    details: dict = {}
+    details: dict = {"titles": len(nodes)}
     unsettled = None  # a full build generates every pair
     if previous is not None:
         settled = previous.settled(frame, nodes)

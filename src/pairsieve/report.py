@@ -345,7 +345,7 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
     for key, build in builders.items():
         report[key] = build()
         if report[key] is None and key not in FIRST_BUILD_ABSENT:
-            report["missing"].append(f"{key}: inputs absent in {run_dir}")
+            report["missing"].append(f"{key}: inputs absent in {published_dir(run_dir)}")
     report["recommendations"] = recommendations_section(cfg, report)
     return report
 
