@@ -160,6 +160,30 @@ def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
     )
 
 
+def _check_nothing_to_mine(cfg, build: Path) -> None:
+    """A build whose every query is unchanged (and none due for refresh) mines nothing and
+    writes the previous rows as they were."""
+    from pairsieve import mine
+    from pairsieve.mine_reuse import PreviousMining
+
+    files = [build / "ingest" / S.CLICKS_FILE, build / "ingest" / S.LISTINGS_FILE]
+    files.append(build / "cluster" / S.PRODUCTS_FILE)
+    listings = pl.read_parquet(files[1], columns=[S.LISTING_ID, S.TITLE])
+    state = PreviousMining(
+        pl.read_parquet(build / "mine" / S.NEGATIVES_FILE),
+        pl.read_parquet(build / "mine" / S.NEGATIVES_DROPPED_FILE),
+        pl.read_parquet(files[0], columns=[S.QUERY, S.LISTING_ID]).unique(),
+        listings.join(pl.read_parquet(files[2]), on=S.LISTING_ID, how="left"),
+    )
+    never = cfg.with_(**{"mine.refresh_builds": 10_000})
+    result = mine.run(never, *files, build / "again", previous=(state, 1))
+    assert result.details["incremental"]["queries_mined"] == 0
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+        assert pl.read_parquet(build / "again" / name).equals(
+            pl.read_parquet(build / "mine" / name)
+        )
+
+
 def _check_reuse(cfg, results, before: Path, after: Path) -> None:
     """Day 2 reused day 1's pairs and negatives where nothing changed, mined the rest as a full
     build would, and no reused negative is a copy of its positive."""
@@ -207,6 +231,7 @@ def _check_reuse(cfg, results, before: Path, after: Path) -> None:
         .filter(pl.col(S.PRODUCT_ID) == pl.col(S.PRODUCT_ID + "_neg"))
     )
     assert same.height == 0
+    _check_nothing_to_mine(cfg, before)
     changes = json.loads((after / "report" / "report.json").read_text())["changes"]["figures"]
     assert changes["build_number"] == 1 and changes["products_new"] >= 1
     assert (changes["queries_reused"], changes["queries_mined"]) == (reused, fresh)

@@ -178,8 +178,10 @@ def candidate_table(
 
 def positive_table(pairs: pl.DataFrame, embedded: Embedded) -> pl.DataFrame:
     """(query, positive_listing_id, positive_score) for every distinct clicked pair."""
-    query_pos = pl.DataFrame({S.QUERY: embedded.queries}).with_row_index("_q")
-    listing_pos = pl.DataFrame({S.LISTING_ID: embedded.listing_ids}).with_row_index("_l")
+    query_pos = pl.DataFrame({S.QUERY: embedded.queries}, {S.QUERY: pl.String}).with_row_index("_q")
+    listing_pos = pl.DataFrame(
+        {S.LISTING_ID: embedded.listing_ids}, {S.LISTING_ID: pl.String}
+    ).with_row_index("_l")
     joined = (
         pairs.select(S.QUERY, S.LISTING_ID)
         .unique()
