@@ -151,6 +151,11 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
     assert day2["embedded"] == now.join(seen, on="t", how="anti").height
     assert day1["embedded"] > day2["embedded"] > 0
     _check_reuse(cfg, day2["results"], tmp_path / "b1", tmp_path / "b2")
+    # Another config cannot reuse day 1: each stage runs in full and says why.
+    other = cfg.with_(**{"cluster.knn_k": cfg.cluster.knn_k + 1, "mine.num_negatives": 3})
+    for step in (steps.cluster_step, steps.mine_step):
+        result = step(other, tmp_path / "b2", tmp_path / "b1")
+        assert "different config" in result.details["incremental"]["why_not"]
 
 
 def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pairsieve import schemas as S
 from pairsieve.cluster_reuse import PreviousClustering
@@ -121,13 +122,15 @@ def _with_lineage(result: StageResult, tmp: Path, previous: Path | None) -> Stag
     return replace(result, details=details, outputs=outputs)
 
 
-def _previous_clustering(
-    cfg: PairsieveConfig, previous: Path | None
-) -> tuple[PreviousClustering | None, str | None]:
-    """(the previous build's clustering state to reuse, None) or (None, why it is not reused)."""
+def _previous_state(
+    load: Callable[[Path, str], Any], cfg: PairsieveConfig, stage: str, previous: Path | None
+) -> tuple[Any, str | None]:
+    """(the previous build's state of ``stage`` to reuse, None), or (None, why it is not
+    reused: the stage then runs in full). ``load`` is `PreviousClustering.load` or
+    `PreviousMining.load`."""
     if previous is None:
         return None, None
-    loaded = PreviousClustering.load(previous, section_hash(cfg, "cluster"))
+    loaded = load(Path(previous), section_hash(cfg, stage))
     return (None, loaded) if isinstance(loaded, str) else (loaded, None)
 
 
@@ -147,7 +150,7 @@ def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = No
         fingerprint += ":" + sha256_file(previous / "cluster" / S.PRODUCTS_FILE)
 
     def body(tmp: Path) -> StageResult:
-        reuse, why_not = _previous_clustering(cfg, previous)
+        reuse, why_not = _previous_state(PreviousClustering.load, cfg, "cluster", previous)
         result = cluster.run(cfg, listings, tmp, _encoder(cfg), reuse)
         if previous is not None:
             incremental = {"reused": reuse is not None, "why_not": why_not}
@@ -180,14 +183,16 @@ def mine_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None)
         fingerprint += ":" + sha256_file(Path(previous) / "mine" / S.NEGATIVES_FILE)
 
     def body(tmp: Path) -> StageResult:
-        if previous is None:
-            return mine.run(cfg, *inputs, tmp, _encoder(cfg))
-        loaded = PreviousMining.load(Path(previous), section_hash(cfg, "mine"))
-        if isinstance(loaded, str):
-            result = mine.run(cfg, *inputs, tmp, _encoder(cfg))
-            return replace(result, details={**result.details, "incremental": {"why_not": loaded}})
-        build_number = load_result(Path(run_dir) / "cluster").details["build_number"]
-        return mine.run(cfg, *inputs, tmp, _encoder(cfg), (loaded, build_number))
+        state, why_not = _previous_state(PreviousMining.load, cfg, "mine", previous)
+        reuse = None
+        if state is not None:
+            reuse = (state, load_result(Path(run_dir) / "cluster").details["build_number"])
+        result = mine.run(cfg, *inputs, tmp, _encoder(cfg), reuse)
+        if why_not is not None:
+            result = replace(
+                result, details={**result.details, "incremental": {"why_not": why_not}}
+            )
+        return result
 
     return run_stage("mine", run_dir, section_hash(cfg, "mine"), fingerprint, body)
 
