@@ -166,7 +166,11 @@ def build_cmd(
     overrides: SetOpt = None,
     previous: Annotated[
         Path | None,
-        typer.Option("--previous", help="Last published build: its product ids carry over."),
+        typer.Option(
+            "--previous",
+            help="Last published build: its product ids carry over, and its verified pairs "
+            "and unchanged queries' negatives are reused.",
+        ),
     ] = None,
 ) -> None:
     """Build a clean training set: ingest, cluster, mine, shards, report (a Prefect flow run)."""
