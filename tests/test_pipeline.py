@@ -169,16 +169,15 @@ def _check_nothing_to_mine(cfg, build: Path) -> None:
     """A build whose every query is unchanged (and none due for refresh) mines nothing and
     writes the previous rows as they were."""
     from pairsieve import mine
-    from pairsieve.mine_reuse import PreviousMining
+    from pairsieve.mine_reuse import PreviousMining, titles_and_products
 
     files = [build / "ingest" / S.CLICKS_FILE, build / "ingest" / S.LISTINGS_FILE]
     files.append(build / "cluster" / S.PRODUCTS_FILE)
-    listings = pl.read_parquet(files[1], columns=[S.LISTING_ID, S.TITLE])
     state = PreviousMining(
         pl.read_parquet(build / "mine" / S.NEGATIVES_FILE),
         pl.read_parquet(build / "mine" / S.NEGATIVES_DROPPED_FILE),
         pl.read_parquet(files[0], columns=[S.QUERY, S.LISTING_ID]).unique(),
-        listings.join(pl.read_parquet(files[2]), on=S.LISTING_ID, how="left"),
+        titles_and_products(pl.read_parquet(files[1]), pl.read_parquet(files[2])),
     )
     never = cfg.with_(**{"mine.refresh_builds": 10_000})
     result = mine.run(never, *files, build / "again", previous=(state, 1))

@@ -73,7 +73,8 @@ class PreviousClustering:
             return "the previous build lacks ingest/listings.parquet or cluster/pairs.parquet"
         if S.LINK_SCORE not in pl.read_parquet_schema(pairs_path):
             return "the previous build's pairs.parquet has no link_score (older version)"
-        columns = [c for c in (S.LISTING_ID, S.TITLE, S.BRAND) if c in _schema(listings_path)]
+        present = pl.read_parquet_schema(listings_path)
+        columns = [c for c in (S.LISTING_ID, S.TITLE, S.BRAND) if c in present]
         return PreviousClustering(
             pl.read_parquet(listings_path, columns=columns),
             pl.read_parquet(pairs_path, columns=list(PAIR_COLUMNS)),
@@ -126,10 +127,6 @@ class PreviousClustering:
             S.ACCEPTED,
             S.VETO_REASON,
         )
-
-
-def _schema(path: Path) -> list[str]:
-    return list(pl.read_parquet_schema(path))
 
 
 def touching(pairs: np.ndarray, unsettled: np.ndarray | None) -> np.ndarray:

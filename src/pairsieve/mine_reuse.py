@@ -58,14 +58,14 @@ class PreviousMining:
         missing = [str(path) for path in files.values() if not path.exists()]
         if missing:
             return f"the previous build lacks {', '.join(missing)}"
-        listings = pl.read_parquet(files["listings"], columns=[_ID, S.TITLE]).join(
-            pl.read_parquet(files["products"], columns=[_ID, S.PRODUCT_ID]), on=_ID, how="left"
-        )
         return PreviousMining(
             pl.read_parquet(files["kept"]),
             pl.read_parquet(files["dropped"]),
             pl.read_parquet(files["clicks"], columns=[S.QUERY, _ID]).unique(),
-            listings,
+            titles_and_products(
+                pl.read_parquet(files["listings"], columns=[_ID, S.TITLE]),
+                pl.read_parquet(files["products"], columns=[_ID, S.PRODUCT_ID]),
+            ),
         )
 
     def reusable_queries(
@@ -81,9 +81,7 @@ class PreviousMining:
         catalog and product ids; ``refresh``: (build number, `mine.refresh_builds`).
         """
         build_number, every = refresh
-        today = listings.select(_ID, S.TITLE).join(
-            products.select(_ID, S.PRODUCT_ID), on=_ID, how="left"
-        )
+        today = titles_and_products(listings, products)
         seen = pl.concat(
             [
                 frame.select(S.QUERY, pl.col(column).alias(_ID))
@@ -118,6 +116,13 @@ class PreviousMining:
         """The previous (kept, dropped) rows of ``queries``."""
         chosen = pl.col(S.QUERY).is_in(queries.implode())
         return self.kept.filter(chosen), self.dropped.filter(chosen)
+
+
+def titles_and_products(listings: pl.DataFrame, products: pl.DataFrame) -> pl.DataFrame:
+    """(listing_id, title, product_id) of a build's catalog; product_id null if unclustered."""
+    return listings.select(_ID, S.TITLE).join(
+        products.select(_ID, S.PRODUCT_ID), on=_ID, how="left"
+    )
 
 
 def refresh_slot(query: str, every: int) -> int:
