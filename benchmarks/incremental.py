@@ -90,6 +90,7 @@ def main() -> None:
         "full_build": full,
         "day2_build": day2,
         "day2_over_full": round(day2["seconds"]["total"] / full["seconds"]["total"], 4),
+        "day2_over_full_cpu": round(day2["cpu_seconds"]["total"] / full["cpu_seconds"]["total"], 4),
         "id_changes": dict(changes.group_by("change").len().sort("change").iter_rows()),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "load_average_1m_at_end": round(os.getloadavg()[0], 1),
