@@ -6,6 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
+from pairsieve import knn
 from pairsieve.config import KnnConfig
 from pairsieve.knn import build_index, scan_below, search
 
@@ -63,6 +64,40 @@ def test_ivf_build_is_deterministic_for_a_seed():
     first = search(build_index(vectors, cfg, seed=7), vectors[:50], k=5)
     second = search(build_index(vectors, cfg, seed=7), vectors[:50], k=5)
     np.testing.assert_array_equal(first[1], second[1])
+
+
+def test_previous_centroids_serve_while_they_fit_and_are_trained_anew_when_they_do_not(tmp_path):
+    vectors = unit_vectors(3000, seed=5)
+    cfg = KnnConfig(exact_max=500)
+    trained = build_index(vectors, cfg)
+    centroids = knn.centroids_of(trained)
+    assert centroids.shape == (knn.nlist_for(3000, cfg), 32)
+    knn.write_centroids(centroids, tmp_path / knn.CENTROIDS_FILE)
+    stored = knn.read_centroids(tmp_path / knn.CENTROIDS_FILE)
+    np.testing.assert_array_equal(stored, centroids)
+    assert knn.read_centroids(tmp_path / "absent.parquet") is None
+    # The same centroids give the same index, without training.
+    rebuilt = build_index(vectors, cfg, centroids=stored)
+    np.testing.assert_array_equal(knn.centroids_of(rebuilt), centroids)
+    for a, b in zip(
+        search(trained, vectors[:40], 5), search(rebuilt, vectors[:40], 5), strict=True
+    ):
+        np.testing.assert_array_equal(a, b)
+    # A day's growth keeps them; a catalog four times larger (twice the lists) retrains.
+    grown = unit_vectors(3300, seed=6)
+    assert knn.centroids_fit(stored, 3300, 32, cfg)
+    np.testing.assert_array_equal(
+        knn.centroids_of(build_index(grown, cfg, centroids=stored)), stored
+    )
+    assert not knn.centroids_fit(stored, 12_000, 32, cfg)
+    assert len(knn.centroids_of(build_index(unit_vectors(12_000), cfg, centroids=stored))) == (
+        knn.nlist_for(12_000, cfg)
+    )
+    # Other dimensions, or a list count the config fixes, never take foreign centroids.
+    assert not knn.centroids_fit(stored, 3000, 64, cfg)
+    assert not knn.centroids_fit(stored, 3000, 32, KnnConfig(exact_max=500, nlist=100))
+    assert not knn.centroids_fit(None, 3000, 32, cfg)
+    assert knn.centroids_of(build_index(unit_vectors(100), cfg)) is None  # exact index
 
 
 def brute_force_below(vectors, query, ceiling, head, depth):

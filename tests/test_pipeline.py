@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pairsieve import io, steps
 from pairsieve import schemas as S
-from pairsieve import steps
 from pairsieve.config import load_config
 from pairsieve.embed import embed_partition
 from pairsieve.lineage import ID_CHANGES_FILE
@@ -156,6 +156,22 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
     for step in (steps.cluster_step, steps.mine_step):
         result = step(other, tmp_path / "b2", tmp_path / "b1")
         assert "different config" in result.details["incremental"]["why_not"]
+
+
+def test_day_two_builds_its_ivf_indexes_on_day_ones_centroids(
+    tmp_path, product_ids, session_cache_dir
+):
+    from pairsieve import knn
+
+    data = _slice(tmp_path / "data", product_ids[:12])
+    cfg = _cfg(session_cache_dir, **{"knn.exact_max": 16})  # IVF in cluster and mine
+    day1 = _run_steps(cfg, data, tmp_path / "b1")["results"]
+    day2 = _run_steps(cfg, data, tmp_path / "b2", previous=tmp_path / "b1")["results"]
+    for position, stage in ((1, "cluster"), (2, "mine")):
+        assert day1[position].details["ivf_centroids"] == "trained"
+        assert day2[position].details["ivf_centroids"] == "reused"
+        first, second = (tmp_path / b / stage / knn.CENTROIDS_FILE for b in ("b1", "b2"))
+        assert io.sha256_file(first) == io.sha256_file(second)
 
 
 def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:

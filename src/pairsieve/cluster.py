@@ -188,20 +188,24 @@ def minhash_pairs(
 
 
 def knn_pairs(
-    cfg: PairsieveConfig, vectors: np.ndarray, rows: np.ndarray | None = None
-) -> np.ndarray:
-    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine;
-    with ``rows``, only the neighbours of those nodes are searched."""
+    cfg: PairsieveConfig,
+    vectors: np.ndarray,
+    rows: np.ndarray | None = None,
+    centroids: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
+    (with ``rows``, only the neighbours of those nodes are searched), and the index's IVF
+    centroids (None when exact): ``centroids`` from a previous build spare their training."""
     from pairsieve import knn
 
     rows = np.arange(len(vectors)) if rows is None else rows
-    index = knn.build_index(vectors, cfg.knn, seed=cfg.seed)
+    index = knn.build_index(vectors, cfg.knn, cfg.seed, centroids)
     scores, ids = knn.search(index, vectors[rows], cfg.cluster.knn_k + 1)
     source = np.repeat(rows, ids.shape[1])
     keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
     pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
     pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
-    return minhash.unique_pairs(pairs)
+    return minhash.unique_pairs(pairs), knn.centroids_of(index)
 
 
 def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
@@ -310,22 +314,25 @@ class Clustering:
     """Everything one clustering run computed, for writing and for evaluation.
 
     ``frame``: listings (sorted by id) with their node; ``nodes``: one row per node;
-    ``scored``: every verified candidate node pair; ``node_labels``: (n_nodes,) cluster label.
+    ``scored``: every verified candidate node pair; ``node_labels``: (n_nodes,) cluster label;
+    ``centroids``: the kNN index's IVF centroids, kept for the next build (None when exact).
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one field per computed part
         self,
         frame: pl.DataFrame,
         nodes: pl.DataFrame,
         scored: pl.DataFrame,
         node_labels: np.ndarray,
         details: dict,
+        centroids: np.ndarray | None = None,
     ) -> None:
         self.frame = frame
         self.nodes = nodes
         self.scored = scored
         self.node_labels = node_labels
         self.details = details
+        self.centroids = centroids
 
     def listing_labels(self) -> np.ndarray:
         """(n_listings,) int64 cluster label per listing, in ``frame`` order."""
@@ -364,6 +371,24 @@ def _embed(
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     vectors, stats = embed_texts(titles, encoder, EmbeddingCache(cfg.cache_dir, encoder.model_key))
     return vectors, {"embedded": stats.encoded, "embedding_cache_hits": stats.cache_hits}
+
+
+def _embedding_candidates(
+    cfg: PairsieveConfig,
+    nodes: pl.DataFrame,
+    encoder: Encoder | None,
+    unsettled: np.ndarray | None,
+    centroids: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict]:
+    """kNN pairs touching an unsettled node (all when None), the node vectors, the index's IVF
+    centroids (``centroids`` reused while they fit), and what was embedded and trained."""
+    vectors, details = _embed(cfg, nodes[S.TITLE].to_list(), encoder)
+    rows = None if unsettled is None else np.flatnonzero(unsettled)
+    pairs, used = knn_pairs(cfg, vectors, rows, centroids)
+    if used is not None:
+        reused = centroids is not None and np.array_equal(used, centroids)
+        details["ivf_centroids"] = "reused" if reused else "trained"
+    return touching(pairs, unsettled), vectors, used, details
 
 
 def cluster_listings(
@@ -405,12 +430,13 @@ def cluster_listings(
     found["minhash"] = touching(lsh, unsettled)
     del code, lsh
     timings["minhash_s"] = time.perf_counter() - started - sum(timings.values())
-    vectors = None
+    vectors = centroids = None
     if c.use_embeddings:
-        vectors, embed_stats = _embed(cfg, nodes[S.TITLE].to_list(), encoder)
-        details.update(embed_stats)
-        rows = None if unsettled is None else np.flatnonzero(unsettled)
-        found["embedding"] = touching(knn_pairs(cfg, vectors, rows), unsettled)
+        before = None if previous is None else previous.centroids
+        found["embedding"], vectors, centroids, embed_details = _embedding_candidates(
+            cfg, nodes, encoder, unsettled, before
+        )
+        details.update(embed_details)
         timings["embedding_s"] = time.perf_counter() - started - sum(timings.values())
     candidates = combine_candidates(found)
     by_signal = {k: len(v) for k, v in found.items()}
@@ -430,7 +456,7 @@ def cluster_listings(
         sorted(scored.drop_nulls(S.VETO_REASON)[S.VETO_REASON].value_counts().iter_rows())
     )
     details["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return Clustering(frame, nodes, scored, labels, details)
+    return Clustering(frame, nodes, scored, labels, details, centroids)
 
 
 def products_frame(result: Clustering) -> pl.DataFrame:
@@ -563,6 +589,12 @@ def run(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     io.write_parquet(products, out_dir / S.PRODUCTS_FILE)
+    outputs = {"products": S.PRODUCTS_FILE, "pairs": S.PAIRS_FILE}
+    if result.centroids is not None:
+        from pairsieve import knn
+
+        knn.write_centroids(result.centroids, out_dir / knn.CENTROIDS_FILE)
+        outputs["ivf_centroids"] = knn.CENTROIDS_FILE
     found = result.details
     pairs = pairs_frame(result, consume=True)
     del result
@@ -580,6 +612,6 @@ def run(
         rows_in=len(frame),
         rows_out=len(products),
         timings=details.pop("timings"),
-        outputs={"products": S.PRODUCTS_FILE, "pairs": S.PAIRS_FILE},
+        outputs=outputs,
         details=details,
     )

@@ -15,7 +15,8 @@ pair keeps the score of the build that verified it (the verifier's word weights 
 build's catalog); two settled nodes are never paired anew (a code block or LSH bucket that
 shrank below `cluster.max_bucket` pairs only its unsettled members); and an old node gains a new
 node as embedding neighbour only when the new node finds the old one among its own nearest
-neighbours.
+neighbours. Above `knn.exact_max` titles the kNN index is IVF: it is built on the previous
+build's centroids while they fit (`knn.centroids_fit`), sparing their training.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class PreviousClustering:
 
     listings: pl.DataFrame  # listing_id, title, brand (when the catalog has one)
     pairs: pl.DataFrame  # PAIR_COLUMNS
+    centroids: np.ndarray | None = None  # its kNN index's IVF centroids, if it had one
 
     @staticmethod
     def load(previous: Path, config_hash: str) -> PreviousClustering | str:
@@ -73,11 +75,14 @@ class PreviousClustering:
             return "the previous build lacks ingest/listings.parquet or cluster/pairs.parquet"
         if S.LINK_SCORE not in pl.read_parquet_schema(pairs_path):
             return "the previous build's pairs.parquet has no link_score (older version)"
+        from pairsieve import knn  # faiss, only where an index is built
+
         present = pl.read_parquet_schema(listings_path)
         columns = [c for c in (S.LISTING_ID, S.TITLE, S.BRAND) if c in present]
         return PreviousClustering(
             pl.read_parquet(listings_path, columns=columns),
             pl.read_parquet(pairs_path, columns=list(PAIR_COLUMNS)),
+            knn.read_centroids(previous / "cluster" / knn.CENTROIDS_FILE),
         )
 
     def settled(self, frame: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:

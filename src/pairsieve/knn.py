@@ -1,35 +1,91 @@
 """faiss nearest-neighbour search over unit vectors (inner product = cosine).
 
 Exact `IndexFlatIP` up to `KnnConfig.exact_max` vectors; above it an IVF index whose recall
-against exact search is measured in `benchmarks/`.
+against exact search is measured in `benchmarks/`. Training the IVF index's coarse centroids
+(k-means over a sample) is its fixed cost, minutes at 10^6 vectors, so a day-2 build takes the
+previous build's centroids (`CENTROIDS_FILE`) while they still fit the index's size.
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import faiss
 import numpy as np
+import polars as pl
 
+from pairsieve import io
 from pairsieve.config import KnnConfig
 
+CENTROIDS_FILE = "ivf_centroids.parquet"  # a stage's IVF centroids, for the next build
+_CENTROID = "centroid"
+_REFIT_RATIO = 1.25  # retrain when the size calls for this many times more (or fewer) lists
 
-def build_index(vectors: np.ndarray, cfg: KnnConfig, seed: int = 13) -> faiss.Index:
-    """Index (n, d) float32 unit vectors: exact when small, IVF-flat when large."""
+
+def nlist_for(n: int, cfg: KnnConfig) -> int:
+    """IVF lists for ``n`` vectors: ``cfg.nlist``, else 4 * sqrt(n)."""
+    return cfg.nlist or max(1, int(4 * math.sqrt(n)))
+
+
+def build_index(
+    vectors: np.ndarray, cfg: KnnConfig, seed: int = 13, centroids: np.ndarray | None = None
+) -> faiss.Index:
+    """Index (n, d) float32 unit vectors: exact when small, IVF-flat when large.
+
+    The IVF index's centroids are trained on a seeded sample, or taken from ``centroids``
+    (nlist, d) when `centroids_fit` them to this index (no training).
+    """
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     n, dim = vectors.shape
     if n <= cfg.exact_max:
         index = faiss.IndexFlatIP(dim)
     else:
-        nlist = cfg.nlist or max(1, int(4 * math.sqrt(n)))
         quantizer = faiss.IndexFlatIP(dim)
-        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-        clustering_sample = np.random.default_rng(seed).choice(n, min(n, nlist * 64), replace=False)
-        index.cp.seed = seed
-        index.train(vectors[np.sort(clustering_sample)])
+        if centroids_fit(centroids, n, dim, cfg):
+            quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
+            index = faiss.IndexIVFFlat(quantizer, dim, len(centroids), faiss.METRIC_INNER_PRODUCT)
+        else:
+            nlist = nlist_for(n, cfg)
+            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            sample = np.random.default_rng(seed).choice(n, min(n, nlist * 64), replace=False)
+            index.cp.seed = seed
+            index.train(vectors[np.sort(sample)])
         index.nprobe = cfg.nprobe
     index.add(vectors)
     return index
+
+
+def centroids_fit(centroids: np.ndarray | None, n: int, dim: int, cfg: KnnConfig) -> bool:
+    """Whether ``centroids`` can serve an IVF index over ``n`` vectors of ``dim``: same
+    dimension, and a list count within `_REFIT_RATIO` of what ``n`` calls for (exactly
+    ``cfg.nlist`` when set), so lists stay about as long as a fresh training makes them."""
+    if centroids is None or centroids.ndim != 2 or centroids.shape[1] != dim:
+        return False
+    wanted, have = nlist_for(n, cfg), len(centroids)
+    if cfg.nlist is not None:
+        return have == wanted
+    return wanted / _REFIT_RATIO <= have <= wanted * _REFIT_RATIO
+
+
+def centroids_of(index: faiss.Index) -> np.ndarray | None:
+    """The coarse centroids (nlist, d) float32 of an IVF index; None for an exact one."""
+    if not isinstance(index, faiss.IndexIVF):
+        return None
+    quantizer = faiss.downcast_index(index.quantizer)
+    return quantizer.reconstruct_n(0, quantizer.ntotal)
+
+
+def write_centroids(centroids: np.ndarray, path: Path) -> None:
+    """Store (nlist, d) centroids as one fixed-size float32 array column."""
+    io.write_parquet(pl.DataFrame({_CENTROID: np.asarray(centroids, dtype=np.float32)}), path)
+
+
+def read_centroids(path: Path) -> np.ndarray | None:
+    """Centroids written by `write_centroids`, or None when the file is absent."""
+    if not path.exists():
+        return None
+    return pl.read_parquet(path)[_CENTROID].to_numpy().astype(np.float32, copy=False)
 
 
 def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -141,15 +141,22 @@ class Retrieval:
         return table.filter(pl.col(S.RANK) <= max_rank), above
 
 
-def build_retrieval(embedded: Embedded, cfg: PairsieveConfig) -> Retrieval:
-    """Exact `IndexFlatIP` up to ``knn.exact_max`` listings, IVF above (see `pairsieve.knn`)."""
+def build_retrieval(
+    embedded: Embedded, cfg: PairsieveConfig, centroids: np.ndarray | None = None
+) -> Retrieval:
+    """Exact `IndexFlatIP` up to ``knn.exact_max`` listings, IVF above (see `pairsieve.knn`;
+    ``centroids`` from a previous build spare the IVF training while they fit)."""
     started = time.perf_counter()
-    index = knn.build_index(embedded.listing_vectors, cfg.knn, seed=cfg.seed)
+    index = knn.build_index(embedded.listing_vectors, cfg.knn, cfg.seed, centroids)
     info = {
         "index": type(index).__name__,
         "index_s": time.perf_counter() - started,
         "search_s": 0.0,
     }
+    trained = knn.centroids_of(index)
+    if trained is not None:
+        reused = centroids is not None and np.array_equal(trained, centroids)
+        info["ivf_centroids"] = "reused" if reused else "trained"
     return Retrieval(
         index,
         embedded.queries,
@@ -373,7 +380,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
         encoder,
         EmbeddingCache(cfg.cache_dir, encoder.model_key),
     )
-    retrieval = build_retrieval(embedded, cfg)
+    retrieval = build_retrieval(embedded, cfg, None if previous is None else state.centroids)
     started = time.perf_counter()
     info = listing_products(listings_df, products_df)
     mined = mine_pairs(retrieval, positive_table(to_mine, embedded), info, cfg.mine, cfg.seed)
@@ -384,6 +391,11 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     out_dir = Path(out_dir)
     io.write_parquet(kept, out_dir / S.NEGATIVES_FILE)
     io.write_parquet(dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
+    outputs = {"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE}
+    centroids = knn.centroids_of(retrieval.index)
+    if centroids is not None:
+        knn.write_centroids(centroids, out_dir / knn.CENTROIDS_FILE)
+        outputs["ivf_centroids"] = knn.CENTROIDS_FILE
     positives = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
     summary = summarise(candidates, positives, kept, dropped, cfg.mine)
     summary["skipped_above_ceiling"] = mined.skipped_above_ceiling
@@ -404,7 +416,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
             "search_s": round(retrieval.info["search_s"], 3),
             "filter_s": filter_s,
         },
-        outputs={"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE},
+        outputs=outputs,
         details={
             **summary,
             "rows_in_means": "candidates considered: for each (query, positive) pair, each "
@@ -415,6 +427,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
             "candidates_per_query": candidates.height / max(1, pairs[S.QUERY].n_unique()),
             "retrieval_rounds": mined.rounds,
             "index": retrieval.info["index"],
+            "ivf_centroids": retrieval.info.get("ivf_centroids"),
             "embedding": {k: v for k, v in embedded.stats.items() if k != "embed_s"},
         },
     )

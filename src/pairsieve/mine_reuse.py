@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
@@ -40,6 +41,7 @@ class PreviousMining:
     dropped: pl.DataFrame
     pairs: pl.DataFrame  # query, listing_id
     listings: pl.DataFrame  # listing_id, title, product_id
+    centroids: np.ndarray | None = None  # its index's IVF centroids, if it had one
 
     @staticmethod
     def load(previous: Path, config_hash: str) -> PreviousMining | str:
@@ -58,6 +60,8 @@ class PreviousMining:
         missing = [str(path) for path in files.values() if not path.exists()]
         if missing:
             return f"the previous build lacks {', '.join(missing)}"
+        from pairsieve import knn  # faiss, only where an index is built
+
         return PreviousMining(
             pl.read_parquet(files["kept"]),
             pl.read_parquet(files["dropped"]),
@@ -66,6 +70,7 @@ class PreviousMining:
                 pl.read_parquet(files["listings"], columns=[_ID, S.TITLE]),
                 pl.read_parquet(files["products"], columns=[_ID, S.PRODUCT_ID]),
             ),
+            knn.read_centroids(previous / "mine" / knn.CENTROIDS_FILE),
         )
 
     def reusable_queries(
