@@ -136,9 +136,9 @@ def test_num_negatives_top_takes_the_hardest_and_short_pairs_are_not_padded():
     assert kept_ids(kept) == ["n0", "n1", "n2"]
     assert set(reasons(dropped).values()) == {"not_sampled"}
     assert kept_ids(kept, "r") == ["x"]
-    summary = mine.summarise(
-        *frames(scores, positives)[:2], kept, dropped, MineConfig(num_negatives=3)
-    )
+    candidates, pos = frames(scores, positives)[:2]
+    counts = mine.candidate_counts(candidates)
+    summary = mine.summarise(counts, pos, kept, dropped, MineConfig(num_negatives=3))
     assert summary["pairs_short"] == 1
     assert summary["pairs_without_negatives"] == 0
 
@@ -169,7 +169,7 @@ def test_accounting_identity_and_reason_precedence():
     candidates, pos, prod = frames(scores, positives, {"b": "B", "b2": "B"})
     cfg = MineConfig(num_negatives=1, range_min=1, min_score=0.2, relative_margin=NV_MARGIN)
     kept, dropped = mine_filter.filter_candidates(candidates, pos, prod, cfg, 13)
-    summary = mine.summarise(candidates, pos, kept, dropped, cfg)
+    summary = mine.summarise(mine.candidate_counts(candidates), pos, kept, dropped, cfg)
     assert summary["considered"] == kept.height + sum(summary["dropped_by_reason"].values()) == 7
     # b is skipped by range_min before the one-per-product step, so b2 represents product B
     assert reasons(dropped) == {
@@ -297,7 +297,9 @@ def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
     mined = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
     assert mined.rounds == [{"depth": 3, "queries": 2, "short": 1}]
     assert kept_ids(mined.kept, "q1") == []
-    summary = mine.summarise(mined.candidates, positives, mined.kept, mined.dropped, cfg.mine)
+    summary = mine.summarise(
+        mine.candidate_counts(mined.candidates), positives, mined.kept, mined.dropped, cfg.mine
+    )
     assert summary["pairs_without_negatives"] == 1 and mined.skipped_above_ceiling == 0
     assert summary["considered"] == 6 == mined.kept.height + mined.dropped.height
 

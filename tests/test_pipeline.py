@@ -216,6 +216,9 @@ def _check_reuse(cfg, results, before: Path, after: Path) -> None:
     assert 0 < cluster["signatures_computed"] <= cluster["titles"] - cluster["settled_nodes"]
     reused, fresh = mined["incremental"]["queries_reused"], mined["incremental"]["queries_mined"]
     assert reused > 0 and fresh > 0
+    # Candidates are counted per query for both halves, so the accounting is a real check.
+    mine_stage = results[2]
+    assert mine_stage.rows_in == mine_stage.rows_out + sum(mine_stage.dropped_by_reason.values())
     kept = pl.read_parquet(after / "mine" / "negatives.parquet")
     dropped = pl.read_parquet(after / "mine" / "negatives_dropped.parquet")
     full = mine.run(

@@ -283,17 +283,26 @@ def mine_pairs(
     )
 
 
+_COUNT = "_candidates"
+
+
+def candidate_counts(candidates: pl.DataFrame) -> pl.DataFrame:
+    """(query, _candidates): listings retrieved per query, from a candidate table."""
+    return candidates.group_by(S.QUERY).len(_COUNT)
+
+
 def summarise(
-    candidates: pl.DataFrame,
+    counts: pl.DataFrame,
     positives: pl.DataFrame,
     kept: pl.DataFrame,
     dropped: pl.DataFrame,
     cfg: MineConfig,
 ) -> dict[str, Any]:
-    """Candidates considered (counted from the inputs, so the accounting identity is a real
-    check), per-reason drops, and per-pair shortfalls (short pairs are kept, never padded)."""
-    per_query = candidates.group_by(S.QUERY).len("_k")
-    considered = positives.join(per_query, on=S.QUERY, how="left")["_k"].fill_null(0).sum()
+    """Candidates considered (from each query's `candidate_counts`, not from the rows, so the
+    accounting identity is a real check), per-reason drops, and per-pair shortfalls (short pairs
+    are kept, never padded)."""
+    per_query = positives.join(counts, on=S.QUERY, how="left")
+    considered = per_query[_COUNT].fill_null(0).sum()
     per_pair = (
         positives.select(S.QUERY, S.POSITIVE_LISTING_ID)
         .unique()
@@ -384,9 +393,9 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     started = time.perf_counter()
     info = listing_products(listings_df, products_df)
     mined = mine_pairs(retrieval, positive_table(to_mine, embedded), info, cfg.mine, cfg.seed)
-    candidates, kept, dropped = mined.candidates, mined.kept, mined.dropped
+    counts, kept, dropped = candidate_counts(mined.candidates), mined.kept, mined.dropped
     if previous is not None:
-        candidates, kept, dropped = _with_reused(state, reused, candidates, kept, dropped)
+        counts, kept, dropped = _with_reused(state, reused, counts, kept, dropped)
     filter_s = round(time.perf_counter() - started - retrieval.info["search_s"], 3)
     out_dir = Path(out_dir)
     io.write_parquet(kept, out_dir / S.NEGATIVES_FILE)
@@ -397,7 +406,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
         knn.write_centroids(centroids, out_dir / knn.CENTROIDS_FILE)
         outputs["ivf_centroids"] = knn.CENTROIDS_FILE
     positives = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
-    summary = summarise(candidates, positives, kept, dropped, cfg.mine)
+    summary = summarise(counts, positives, kept, dropped, cfg.mine)
     summary["skipped_above_ceiling"] = mined.skipped_above_ceiling
     if previous is not None:
         summary["incremental"] = {
@@ -424,7 +433,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
             "short, its best listings at or below the margin up to rank mine.range_max; "
             "skipped_above_ceiling counts the listings stepped over (inside the margin) by the "
             "queries mined in this build",
-            "candidates_per_query": candidates.height / max(1, pairs[S.QUERY].n_unique()),
+            "candidates_per_query": counts[_COUNT].sum() / max(1, pairs[S.QUERY].n_unique()),
             "retrieval_rounds": mined.rounds,
             "index": retrieval.info["index"],
             "ivf_centroids": retrieval.info.get("ivf_centroids"),
@@ -436,20 +445,23 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
 def _with_reused(
     state: PreviousMining,
     reused: pl.Series,
-    candidates: pl.DataFrame,
+    counts: pl.DataFrame,
     kept: pl.DataFrame,
     dropped: pl.DataFrame,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """This build's (candidates, kept, dropped) with the reused queries' previous rows added,
-    in the order a full build writes them."""
+    """This build's (candidate counts, kept, dropped) with the reused queries' previous rows
+    added, in the order a full build writes them."""
     old_kept, old_dropped = state.rows_of(reused)
-    old_candidates = pl.concat(
-        [rows.select(candidates.columns) for rows in (old_kept, old_dropped)]
-    ).unique([S.QUERY, S.NEGATIVE_LISTING_ID])
+    # A query's every pair saw all its candidates, and each (pair, candidate) row is in one of
+    # the two files (the previous build checked that identity): rows / pairs = candidates.
+    rows = pl.concat([old_kept.select(S.QUERY), old_dropped.select(S.QUERY)]).group_by(S.QUERY)
+    old_pairs = state.pairs.filter(pl.col(S.QUERY).is_in(reused.implode())).group_by(S.QUERY)
+    old_counts = rows.len("_rows").join(old_pairs.len("_pairs"), on=S.QUERY)
+    old_counts = old_counts.select(S.QUERY, (pl.col("_rows") // pl.col("_pairs")).alias(_COUNT))
     # Both sides are sorted by (query, positive, rank) and share no query: merging on the query
     # gives the full build's order without sorting again.
     return (
-        pl.concat([candidates, old_candidates]),
+        pl.concat([counts, old_counts.cast(counts.schema)]),
         kept.merge_sorted(old_kept.select(kept.columns), key=S.QUERY),
         dropped.merge_sorted(old_dropped.select(dropped.columns), key=S.QUERY),
     )

@@ -181,7 +181,11 @@ def evaluate(
             "margin": use_margin,
             **variant_metrics(mined.kept, positives, maps["truth"], cfg.mine.num_negatives),
             "dropped_by_reason": mine.summarise(
-                mined.candidates, positives, mined.kept, mined.dropped, mine_cfg
+                mine.candidate_counts(mined.candidates),
+                positives,
+                mined.kept,
+                mined.dropped,
+                mine_cfg,
             )["dropped_by_reason"],
             "retrieval_rounds": mined.rounds,
         }
