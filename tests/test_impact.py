@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -114,6 +116,23 @@ def test_p_batch_clean_exact_on_small_groupings(seed):
     sizes = np.unique(groups, return_counts=True)[1]
     for b in (2, 3, 5):
         assert impact.p_batch_clean(sizes, b) == pytest.approx(_brute_clean(groups, b), abs=1e-12)
+
+
+def test_p_batch_clean_matches_exact_integer_counts_on_many_groups():
+    """Thousands of groups and batches deep into the tail (P below 1e-30): the compiled
+    recurrence against e_B(n_1..n_G) / C(N, B) in exact integers."""
+    rng = np.random.default_rng(11)
+    sizes = np.concatenate([np.ones(1500, int), rng.integers(2, 9, 600), [40, 120]]).tolist()
+    batches = [2, 16, 64, 200, 450]
+    e = [1] + [0] * max(batches)
+    for n in sizes:
+        for k in range(len(e) - 1, 0, -1):
+            e[k] += n * e[k - 1]
+    got = impact.clean_batch_probabilities(sizes, batches)
+    for b in batches:
+        exact = float(Fraction(e[b], math.comb(sum(sizes), b)))
+        assert got[b] == pytest.approx(exact, rel=1e-9)
+    assert got[450] < 1e-30  # the tail is reached
 
 
 def test_p_batch_clean_against_simulation():

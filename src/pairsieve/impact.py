@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numba import njit
 
 # The 2-pair mini-batch of the worked example (rows = queries, columns = listings, positives on
 # the diagonal) and row 2 with an exact copy of its positive added as a third candidate.
@@ -143,11 +144,10 @@ def clean_batch_probabilities(
     every B in ``batch_sizes`` (None where B exceeds the number of rows).
 
     The clean B-subsets are counted by the elementary symmetric polynomial e_B(n_1, …, n_G)
-    (pick B groups, one row from each). It is computed as one dynamic programme over the groups
-    of size ≥ 2, kept in probability space, f_k = e_k / C(M, k) for the M rows seen so far, so
-    nothing overflows:  f'_k = C(M,k)/C(M+n,k) · f_k + n·C(M,k-1)/C(M+n,k) · f_{k-1}.
-    Singletons are folded in at the end with a hypergeometric mixture,
-    P(B) = Σ_j Hyp(j singletons) · f_{B-j}. Cost O(G_multi · max B).
+    (pick B groups, one row from each), kept in probability space, f_k = e_k / C(M, k) for the
+    M rows seen so far, so nothing overflows (`_fold_groups`). Singletons are folded in at the
+    end with a hypergeometric mixture, P(B) = Σ_j Hyp(j singletons) · f_{B-j}.
+    Cost O(G_multi · max B), compiled.
     """
     n = np.asarray(sizes, dtype=np.int64)
     n = n[n > 0]
@@ -156,26 +156,11 @@ def clean_batch_probabilities(
     out: dict[int, float | None] = {int(b): None for b in batch_sizes}
     if not fitting:
         return out
-    top = max(fitting)
-    lf = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, total + 1)))])  # log k!
-    f = np.zeros(top + 1)
-    f[0] = 1.0
-    seen = 0
-    for size in n[n > 1].tolist():
-        new_seen = seen + size
-        k = np.arange(min(top, new_seen) + 1)
-        common = lf[seen] - lf[new_seen] + lf[new_seen - k]
-        stay = np.zeros(k.size)
-        upto = min(seen, k[-1]) + 1  # C(seen, k) = 0 beyond seen
-        stay[:upto] = np.exp(common[:upto] - lf[seen - k[:upto]])
-        enter = np.zeros(k.size)
-        reach = min(seen + 1, k[-1]) + 1
-        enter[1:reach] = size * k[1:reach] * np.exp(common[1:reach] - lf[seen + 1 - k[1:reach]])
-        f_next = stay * f[: k.size]
-        f_next[1:] += enter[1:] * f[: k.size - 1]
-        f[: k.size] = f_next
-        seen = new_seen
+    multi = n[n > 1]
+    f = _fold_groups(multi, max(fitting))
+    seen = int(multi.sum())
     singles = total - seen
+    lf = np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, total + 1)))])  # log k!
     for b in fitting:
         j = np.arange(max(0, b - seen), min(b, singles) + 1)  # singletons drawn
         log_hyp = (
@@ -189,6 +174,31 @@ def clean_batch_probabilities(
         )
         out[b] = float(np.sum(np.exp(log_hyp) * f[b - j]))
     return out
+
+
+@njit(cache=True)
+def _fold_groups(sizes: np.ndarray, top: int) -> np.ndarray:
+    """f_k = P(k rows drawn from the groups in ``sizes`` all come from distinct groups), k <= top.
+
+    Adding a group of n rows to M seen ones: f'_k = C(M,k)/C(M+n,k) · f_k + n·C(M,k-1)/C(M+n,k)
+    · f_{k-1} = P_k · ((M-k+1) · f_k + n·k · f_{k-1}), where P_k = Π_{t=2..n}(M-k+t) /
+    Π_{i=1..n}(M+i) starts at 1/(M+1) and steps by P_k = P_{k-1} · (M-k+2)/(M-k+1+n): one pass
+    of multiplications per group, no factorials.
+    """
+    f = np.zeros(top + 1)
+    f[0] = 1.0
+    seen = 0
+    for size in sizes:
+        step = 1.0 / (seen + 1)
+        before = 0.0  # f_{k-1} before this group
+        for k in range(min(top, seen + size) + 1):
+            if k:
+                step *= (seen - k + 2) / (seen - k + 1 + size)
+            current = f[k]
+            f[k] = step * ((seen - k + 1) * current + size * k * before)
+            before = current
+        seen += size
+    return f
 
 
 def p_batch_clean(sizes: Sequence[int] | np.ndarray, batch_size: int) -> float | None:
