@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +47,10 @@ MIN_P_CLEAN = 0.95  # below this share of clean random batches, mask or reorder
 SAFE_FN_PER_ANCHOR = 0.1  # largest unmasked batch keeps expected false negatives below this
 
 
-def _read(path: Path) -> pl.DataFrame | None:
+def _read(path: Path, columns: list[str] | None = None) -> pl.DataFrame | None:
     files = sorted(path.parent.glob(path.name)) if "*" in path.name else [path]
     files = [f for f in files if f.is_file()]
-    return pl.read_parquet(files) if files else None
+    return pl.read_parquet(files, columns=columns) if files else None
 
 
 def padded(lists: list[list[float] | None]) -> np.ndarray:
@@ -128,30 +129,47 @@ def batches_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | No
     return R.batches_section(cfg, texts, products, replay)
 
 
-def mine_scores(run_dir: Path) -> tuple[pl.DataFrame, pl.DataFrame] | None:
-    kept = _read(run_dir / "mine" / S.NEGATIVES_FILE)
-    dropped = _read(run_dir / "mine" / S.NEGATIVES_DROPPED_FILE)
-    return None if kept is None or dropped is None else (kept, dropped)
+_PAIR = [S.QUERY, S.POSITIVE_LISTING_ID]
 
 
-def temperature_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class MineScores:
+    """The scores in the mine stage's files, read once for the sections that use them:
+    ``kept`` / ``dropped`` rows (pair, score, and the reason of a dropped one) and one row per
+    (query, positive) with its ``positive_score``."""
+
+    kept: pl.DataFrame
+    dropped: pl.DataFrame
+    positives: pl.DataFrame
+
+
+def mine_scores(run_dir: Path) -> MineScores | None:
+    columns = [*_PAIR, S.SCORE, S.POSITIVE_SCORE]
+    kept = _read(run_dir / "mine" / S.NEGATIVES_FILE, columns)
+    dropped = _read(run_dir / "mine" / S.NEGATIVES_DROPPED_FILE, [*columns, S.REASON])
+    if kept is None or dropped is None:
+        return None
+    # mine writes a pair's rows together: its first rows carry every pair (unique() below
+    # keeps this right for files in any order) without hashing tens of millions of rows.
+    starts = pl.any_horizontal(pl.col(c) != pl.col(c).shift() for c in _PAIR).fill_null(True)
+    firsts = [frame.select(*_PAIR, S.POSITIVE_SCORE).filter(starts) for frame in (kept, dropped)]
+    positives = pl.concat(firsts).unique(_PAIR).sort(_PAIR)
+    return MineScores(kept, dropped, positives)
+
+
+def temperature_from_run(cfg: PairsieveConfig, mined: MineScores | None) -> dict[str, Any] | None:
     """Per mined (query, positive): its score, the same-product candidates the miner dropped,
     and the negatives it kept."""
-    mined = mine_scores(run_dir)
     if mined is None:
         return None
-    kept, dropped = mined
-    pair = [S.QUERY, S.POSITIVE_LISTING_ID]
-    positives = pl.concat(
-        [kept.select(*pair, S.POSITIVE_SCORE), dropped.select(*pair, S.POSITIVE_SCORE)]
-    ).unique(pair)
     false = (
-        dropped.filter(pl.col(S.REASON).cast(pl.String) == "same_product")
-        .group_by(pair)
+        mined.dropped.filter(pl.col(S.REASON) == "same_product")
+        .group_by(_PAIR)
         .agg(pl.col(S.SCORE).alias("_false"))
     )
-    true = kept.group_by(pair).agg(pl.col(S.SCORE).alias("_true"))
-    rows = positives.join(false, on=pair, how="left").join(true, on=pair, how="left").sort(pair)
+    true = mined.kept.group_by(_PAIR).agg(pl.col(S.SCORE).alias("_true"))
+    rows = mined.positives.join(false, on=_PAIR, how="left").join(true, on=_PAIR, how="left")
+    rows = rows.sort(_PAIR)
     return R.temperature_section(
         cfg,
         rows[S.POSITIVE_SCORE].to_numpy().astype(np.float64),
@@ -160,13 +178,14 @@ def temperature_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] 
     )
 
 
-def hard_negatives_from_run(run_dir: Path) -> dict[str, Any] | None:
-    mined = mine_scores(run_dir)
+def hard_negatives_from_run(mined: MineScores | None) -> dict[str, Any] | None:
     if mined is None:
         return None
-    kept, dropped = mined
-    reasons = dict(dropped[S.REASON].cast(pl.String).value_counts().iter_rows())
-    same = dropped.filter(pl.col(S.REASON).cast(pl.String) == "same_product")
+    kept, dropped = mined.kept, mined.dropped
+    counts = dropped[S.REASON].value_counts()  # on the enum: no per-row string cast
+    reasons = dict(counts.with_columns(pl.col(S.REASON).cast(pl.String)).iter_rows())
+    is_same = pl.col(S.REASON) == "same_product"
+    same = dropped.filter(is_same)
     figures = {
         "negatives_kept": kept.height,
         "candidates_dropped": dropped.height,
@@ -175,18 +194,11 @@ def hard_negatives_from_run(run_dir: Path) -> dict[str, Any] | None:
         # that was the positive's product
         "same_product_share_of_eligible": same.height / max(kept.height + same.height, 1),
     }
-    pair = [S.QUERY, S.POSITIVE_LISTING_ID]
     scores = {
-        "positives": pl.concat(
-            [kept.select(*pair, S.POSITIVE_SCORE), dropped.select(*pair, S.POSITIVE_SCORE)]
-        )
-        .unique(pair)[S.POSITIVE_SCORE]
-        .to_numpy(),
+        "positives": mined.positives[S.POSITIVE_SCORE].to_numpy(),
         "kept negatives": kept[S.SCORE].to_numpy(),
         "dropped: same product": same[S.SCORE].to_numpy(),
-        "dropped: other reasons": dropped.filter(
-            pl.col(S.REASON).cast(pl.String) != "same_product"
-        )[S.SCORE].to_numpy(),
+        "dropped: other reasons": dropped.filter(~is_same)[S.SCORE].to_numpy(),
     }
     return R.hard_negatives_section(figures, reasons, scores)
 
@@ -326,13 +338,14 @@ def recommendations_section(cfg: PairsieveConfig, report: dict[str, Any]) -> dic
 
 def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
     """Every section that the run folder has inputs for; absent ones are listed in ``missing``."""
+    mined = mine_scores(run_dir)
     builders = {
         "accounting": lambda: R.accounting_section(run_dir),
         "changes": lambda: R.changes_section(run_dir),
         "duplicates": lambda: duplicates_from_run(cfg, run_dir),
         "batches": lambda: batches_from_run(cfg, run_dir),
-        "temperature": lambda: temperature_from_run(cfg, run_dir),
-        "hard_negatives": lambda: hard_negatives_from_run(run_dir),
+        "temperature": lambda: temperature_from_run(cfg, mined),
+        "hard_negatives": lambda: hard_negatives_from_run(mined),
         "quality": lambda: quality_from_run(cfg, run_dir),
     }
     report: dict[str, Any] = {
