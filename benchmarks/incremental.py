@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def main() -> None:
             return
     day1 = json.loads(saved.read_text())
     sizes, full = day1["sizes"], day1["full_build"]
+    shutil.rmtree(work / "build2", ignore_errors=True)  # a finished build would be skipped
     day2 = build(cfg, work / "day2", work / "build2", previous=work / "build1")
     changes = pl.read_parquet(work / "build2" / "cluster" / "id_changes.parquet")
     result = {
@@ -90,7 +92,11 @@ def main() -> None:
         "full_build": full,
         "day2_build": day2,
         "day2_over_full": round(day2["seconds"]["total"] / full["seconds"]["total"], 4),
-        "day2_over_full_cpu": round(day2["cpu_seconds"]["total"] / full["cpu_seconds"]["total"], 4),
+        "day2_over_full_cpu": (
+            round(day2["cpu_seconds"]["total"] / full["cpu_seconds"]["total"], 4)
+            if "cpu_seconds" in full  # day-1 figures saved by an older version lack it
+            else None
+        ),
         "id_changes": dict(changes.group_by("change").len().sort("change").iter_rows()),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "load_average_1m_at_end": round(os.getloadavg()[0], 1),
