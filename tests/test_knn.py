@@ -128,13 +128,23 @@ def test_scan_below_matches_a_full_sort_with_ties(head, depth):
         assert np.allclose(scores[rows == q], vectors[ids[rows == q]] @ queries[q], atol=1e-5)
 
 
-def test_top_sorted_is_the_prefix_of_a_full_sort_with_and_without_ties() -> None:
-    from pairsieve.knn import _top_sorted
+def test_one_pass_selection_equals_full_sorts_with_and_without_ties() -> None:
+    from pairsieve.knn import _select_rows
 
     rng = np.random.default_rng(11)
     tied = rng.integers(0, 6, size=(40, 300)).astype(np.float32)  # ties everywhere
     distinct = rng.standard_normal((40, 300)).astype(np.float32)
-    for scores in (tied, distinct, np.where(distinct > 0.5, -np.inf, distinct)):
+    ceilings = rng.uniform(-1.0, 4.0, size=40)
+    for scores in (tied, distinct):
         full = np.lexsort((np.broadcast_to(np.arange(300), scores.shape), -scores), axis=1)
-        for k in (1, 7, 50, 300):
-            assert np.array_equal(_top_sorted(scores, k), full[:, :k])
+        for head, depth in ((0, 5), (1, 1), (7, 50), (50, 7), (300, 300)):
+            top, top_scores, below, below_scores, found, above = _select_rows(
+                scores, ceilings, head, depth
+            )
+            assert np.array_equal(top, full[:, :head])
+            assert np.array_equal(top_scores, np.take_along_axis(scores, full[:, :head], 1))
+            for r in range(len(scores)):
+                under = [i for i in full[r] if scores[r, i] <= ceilings[r]][:depth]
+                assert found[r] == len(under) and below[r, : found[r]].tolist() == under
+                assert np.array_equal(below_scores[r, : found[r]], scores[r, under])
+                assert above[r] == (scores[r] > ceilings[r]).sum()

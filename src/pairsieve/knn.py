@@ -14,6 +14,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import polars as pl
+from numba import njit, prange
 
 from pairsieve import io
 from pairsieve.config import KnnConfig
@@ -102,33 +103,95 @@ def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
 
-def _top_sorted(scores: np.ndarray, k: int) -> np.ndarray:
-    """Column ids of each row's ``k`` best scores, ordered by (score desc, id asc); ties at the
-    cut go to the smaller ids, so the result is the prefix of a full sort.
-
-    `np.argpartition` picks the top k in one pass; only rows where it had to choose among
-    values tied at the cut (rare with float scores) are redone by `_top_with_ties`.
-    """
-    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    picked = np.take_along_axis(scores, top, 1)
-    kth = picked.min(axis=1, keepdims=True)
-    ties = (scores == kth).sum(axis=1) > (picked == kth).sum(axis=1)
-    if ties.any():
-        top[ties] = _top_with_ties(scores[ties], k)
-        picked[ties] = np.take_along_axis(scores[ties], top[ties], 1)
-    return np.take_along_axis(top, np.lexsort((top, -picked), axis=1), 1)
+@njit(cache=True, inline="always")
+def _worse(score: float, idx: int, other_score: float, other_idx: int) -> bool:
+    """(score, idx) ranks below (other_score, other_idx): lower score, or a tie at a larger id."""
+    return score < other_score or (score == other_score and idx > other_idx)
 
 
-def _top_with_ties(scores: np.ndarray, k: int) -> np.ndarray:
-    """`_top_sorted` by counting: the values above the cut, then the smallest ids tied at it."""
-    kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1 : k]  # (c, 1)
-    greater = scores > kth
-    equal = scores == kth
-    room = k - greater.sum(axis=1, keepdims=True)
-    chosen = greater | (equal & (np.cumsum(equal, axis=1) <= room))
-    ids = np.nonzero(chosen)[1].reshape(len(scores), k)  # ascending ids per row
-    picked = np.take_along_axis(scores, ids, 1)
-    return np.take_along_axis(ids, np.lexsort((ids, -picked), axis=1), 1)
+@njit(cache=True)
+def _sift_down(scores: np.ndarray, ids: np.ndarray, size: int) -> None:
+    """Restore the heap (worst at the root) after its root was replaced."""
+    at = 0
+    while True:
+        child = 2 * at + 1
+        if child >= size:
+            return
+        if child + 1 < size and _worse(
+            scores[child + 1], ids[child + 1], scores[child], ids[child]
+        ):
+            child += 1
+        if not _worse(scores[child], ids[child], scores[at], ids[at]):
+            return
+        scores[at], scores[child] = scores[child], scores[at]
+        ids[at], ids[child] = ids[child], ids[at]
+        at = child
+
+
+@njit(cache=True)
+def _offer(scores: np.ndarray, ids: np.ndarray, size: int, score: float, idx: int) -> int:
+    """Offer (score, idx) to a bounded heap holding ``size`` entries; returns the new size."""
+    if size < len(scores):  # not full: append and sift up
+        at = size
+        scores[at], ids[at] = score, idx
+        while at > 0:
+            parent = (at - 1) // 2
+            if not _worse(scores[at], ids[at], scores[parent], ids[parent]):
+                break
+            scores[at], scores[parent] = scores[parent], scores[at]
+            ids[at], ids[parent] = ids[parent], ids[at]
+            at = parent
+        return size + 1
+    if size and _worse(scores[0], ids[0], score, idx):  # better than the worst kept
+        scores[0], ids[0] = score, idx
+        _sift_down(scores, ids, size)
+    return size
+
+
+@njit(cache=True)
+def _sort_heap(scores: np.ndarray, ids: np.ndarray, size: int) -> None:
+    """Heap sort in place: the first ``size`` entries end best first (score desc, id asc)."""
+    for end in range(size - 1, 0, -1):
+        scores[0], scores[end] = scores[end], scores[0]
+        ids[0], ids[end] = ids[end], ids[0]
+        _sift_down(scores, ids, end)
+
+
+@njit(cache=True, parallel=True)
+def _select_rows(
+    scores: np.ndarray, ceilings: np.ndarray, head: int, depth: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row of ``scores`` (m, n), in one pass: the ``head`` best columns, the ``depth`` best
+    at or below the row's ceiling (each best first, ties to the smaller column) and how many
+    score above the ceiling. Returns (head ids, head scores, below ids, below scores, below
+    count, above); bounded heaps keep it O(n) per row for small head and depth."""
+    m = scores.shape[0]
+    head_ids = np.empty((m, head), np.int64)
+    head_scores = np.empty((m, head), np.float32)
+    below_ids = np.full((m, depth), -1, np.int64)
+    below_scores = np.full((m, depth), -np.inf, np.float32)
+    below_count = np.zeros(m, np.int64)
+    above = np.zeros(m, np.int64)
+    for r in prange(m):
+        ceiling, row = ceilings[r], scores[r]
+        top_scores, top_ids = head_scores[r], head_ids[r]
+        low_scores, low_ids = below_scores[r], below_ids[r]
+        top_size = low_size = over = 0
+        for j in range(row.shape[0]):
+            value = row[j]
+            # Columns come in ascending order, so a value equal to a full heap's worst loses the
+            # tie: the cheap test skips almost every column once the heaps are full.
+            if top_size < head or value > top_scores[0]:
+                top_size = _offer(top_scores, top_ids, top_size, value, j)
+            if value > ceiling:
+                over += 1
+            elif low_size < depth or value > low_scores[0]:
+                low_size = _offer(low_scores, low_ids, low_size, value, j)
+        _sort_heap(top_scores, top_ids, top_size)
+        _sort_heap(low_scores, low_ids, low_size)
+        below_count[r] = low_size
+        above[r] = over
+    return head_ids, head_scores, below_ids, below_scores, below_count, above
 
 
 def scan_below(
@@ -157,18 +220,18 @@ def scan_below(
     parts, above_all = [], []
     for start in range(0, len(queries), step):
         scores = np.ascontiguousarray(queries[start : start + step], np.float32) @ vectors.T
-        over = scores > ceilings[start : start + step, None]
-        above = over.sum(axis=1)
-        top = _top_sorted(scores, head) if head else np.empty((len(scores), 0), np.int64)
-        below = _top_sorted(np.where(over, -np.inf, scores), depth)
+        limits = np.asarray(ceilings[start : start + step], np.float64)
+        top, top_scores, below, below_scores, found, above = _select_rows(
+            scores, limits, head, depth
+        )
         below_rank = above[:, None] + np.arange(1, depth + 1)
-        rows = np.arange(start, start + len(scores))[:, None]
         # a below-ceiling listing ranked within the head is already there
-        keep_below = ~np.take_along_axis(over, below, 1) & (below_rank > head)
+        keep_below = (np.arange(depth) < found[:, None]) & (below_rank > head)
         ids = np.concatenate([top, below], axis=1)
+        got = np.concatenate([top_scores, below_scores], axis=1)
         ranks = np.concatenate([np.broadcast_to(np.arange(1, head + 1), top.shape), below_rank], 1)
         mask = np.concatenate([np.ones(top.shape, bool), keep_below], axis=1)
-        got = np.take_along_axis(scores, ids, 1)
+        rows = np.arange(start, start + len(scores))[:, None]
         parts.append((np.broadcast_to(rows, ids.shape)[mask], ids[mask], got[mask], ranks[mask]))
         above_all.append(above)
     if not parts:
