@@ -204,6 +204,46 @@ def _check_nothing_to_mine(cfg, build: Path) -> None:
         )
 
 
+def _check_refilter(cfg, build: Path) -> None:
+    """Over an unchanged catalog, a query that only gained a click scoring at or above its
+    weakest one is filtered again from its previous candidates, one whose new click scores
+    lower is mined, and the whole output equals a full mine of the same clicks."""
+    from pairsieve import mine
+    from pairsieve.mine_reuse import PreviousMining
+
+    state = PreviousMining.load(build, steps.section_hash(cfg, "mine"))
+    rows = pl.concat([state.kept, state.dropped.drop(S.REASON)])
+    weakest = rows.group_by(S.QUERY).agg(pl.col(S.POSITIVE_SCORE).min().alias("_weakest"))
+    shown = rows.join(weakest, on=S.QUERY).join(
+        state.pairs,
+        left_on=[S.QUERY, S.NEGATIVE_LISTING_ID],
+        right_on=[S.QUERY, S.LISTING_ID],
+        how="anti",
+    )
+    steady = shown.filter(pl.col(S.SCORE) >= pl.col("_weakest")).sort(S.QUERY, S.RANK)
+    moved = shown.filter(pl.col(S.SCORE) < pl.col("_weakest") - 0.05).sort(S.QUERY, S.RANK)
+    steady = steady.unique(S.QUERY, keep="first").head(3)
+    moved = moved.filter(~pl.col(S.QUERY).is_in(steady[S.QUERY].implode()))
+    moved = moved.unique(S.QUERY, keep="first").head(2)
+    assert steady.height and moved.height, "the sample offers both kinds of new click"
+    new = pl.concat([steady, moved]).select(
+        S.QUERY, pl.col(S.NEGATIVE_LISTING_ID).alias(S.LISTING_ID)
+    )
+    clicks = pl.concat([state.pairs, new])
+    files = [build / "ingest" / S.LISTINGS_FILE, build / "cluster" / S.PRODUCTS_FILE]
+    never = cfg.with_(**{"mine.refresh_builds": 10_000})
+    result = mine.run(never, clicks, *files, build / "refilter", previous=(state, 1))
+    incremental = result.details["incremental"]
+    assert incremental["queries_mined"] >= moved.height
+    assert 1 <= incremental["queries_refiltered"] <= steady.height
+    mine.run(never, clicks, *files, build / "refilter-full")
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+        assert _same_rows(
+            pl.read_parquet(build / "refilter" / name),
+            pl.read_parquet(build / "refilter-full" / name),
+        )
+
+
 def _check_reuse(cfg, results, before: Path, after: Path) -> None:
     """Day 2 reused day 1's pairs and negatives where nothing changed, mined the rest as a full
     build would, and no reused negative is a copy of its positive."""
@@ -255,6 +295,7 @@ def _check_reuse(cfg, results, before: Path, after: Path) -> None:
     )
     assert same.height == 0
     _check_nothing_to_mine(cfg, before)
+    _check_refilter(cfg, before)
     changes = json.loads((after / "report" / "report.json").read_text())["changes"]["figures"]
     assert changes["build_number"] == 1 and changes["products_new"] >= 1
     assert (changes["queries_reused"], changes["queries_mined"]) == (reused, fresh)

@@ -162,7 +162,11 @@ def _state() -> tuple[PreviousMining, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
 
 
 def _reused(state, pairs, listings, products, build=1, every=_EVERY) -> list[str]:
-    return state.reusable_queries(pairs, listings, products, (build, every)).to_list()
+    return state.plan(pairs, listings, products, (build, every)).reused.to_list()
+
+
+def _refiltered(state, pairs, listings, products, build=1, every=_EVERY) -> list[str]:
+    return state.plan(pairs, listings, products, (build, every)).refiltered.to_list()
 
 
 def test_unchanged_queries_are_reused_and_a_new_product_id_alone_changes_nothing():
@@ -206,6 +210,31 @@ def test_new_clicks_and_the_refresh_slot_send_queries_back_to_mining():
         ["q2"] if refresh_slot("q2", every) != due else []
     )
     assert _reused(state, pairs, listings, products, every=1) == []
+
+
+def test_queries_that_only_gained_clicks_are_refiltered_unless_a_listing_they_saw_changed():
+    state, pairs, listings, products = _state()
+    assert _refiltered(state, pairs, listings, products) == []
+    gained = pl.concat([pairs, pl.DataFrame({S.QUERY: ["q2", "q3"], S.LISTING_ID: ["l2"] * 2})])
+    assert _refiltered(state, gained, listings, products) == ["q2"]  # q3 is new: mined
+    # A regrouped product is fine (the filter runs on today's products), a changed title is not.
+    merged = products.with_columns(pl.col(S.PRODUCT_ID).replace({"p1": "p5"}))
+    assert _refiltered(state, gained, listings, merged) == ["q2"]
+    retitled = listings.with_columns(pl.col(S.TITLE).replace({"t1": "t1b"}))
+    assert _refiltered(state, gained, retitled, products) == []
+    # Swapping a click is not gaining one; the refresh slot applies as to reuse.
+    swapped = pl.DataFrame({S.QUERY: ["q1", "q2"], S.LISTING_ID: ["l1", "l2"]})
+    assert _refiltered(state, swapped, listings, products) == []
+    assert _refiltered(state, gained, listings, products, every=1) == []
+
+
+def test_previous_candidates_are_every_listing_a_query_was_shown_once():
+    state, *_ = _state()
+    two_positives = pl.concat([state.kept, _rows("q1", "l5", ["l2", "l3"])])
+    state = PreviousMining(two_positives, state.dropped, state.pairs, state.listings)
+    candidates = state.candidates_of(pl.Series(S.QUERY, ["q1"]))
+    assert sorted(candidates[S.NEGATIVE_LISTING_ID].to_list()) == ["l2", "l3", "l4"]
+    assert candidates.columns == [S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK]
 
 
 def test_reused_rows_are_the_previous_rows_of_those_queries():

@@ -46,7 +46,7 @@ from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.embed import EmbeddingCache, Encoder, embed_texts, load_encoder
 from pairsieve.errors import PairsieveError
 from pairsieve.mine_filter import REASONS, filter_candidates, score_ceilings, with_ranks
-from pairsieve.mine_reuse import PreviousMining
+from pairsieve.mine_reuse import PreviousMining, ReusePlan
 from pairsieve.stage import StageResult
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,16 @@ class Embedded:
     query_vectors: np.ndarray
     listing_vectors: np.ndarray
     stats: dict[str, Any] = field(default_factory=dict)
+
+    def without(self, queries: pl.Series) -> Embedded:
+        """The same listings and stats, ``queries`` left out."""
+        if queries.is_empty():
+            return self
+        keep = ~pl.Series(self.queries, dtype=pl.String).is_in(queries.implode()).to_numpy()
+        names = [q for q, kept in zip(self.queries, keep, strict=True) if kept]
+        return Embedded(
+            names, self.listing_ids, self.query_vectors[keep], self.listing_vectors, self.stats
+        )
 
 
 def _read(frame: pl.DataFrame | Path | str, name: str, required: tuple[str, ...]) -> pl.DataFrame:
@@ -376,27 +386,41 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     products_df = _read(products, "products", (S.LISTING_ID, S.PRODUCT_ID))
     pairs = clicks_df.select(S.QUERY, S.LISTING_ID).unique()
     _check_known(pairs, listings_df, str(clicks) if isinstance(clicks, Path) else "clicks")
-    reused = pl.Series(S.QUERY, [], dtype=pl.String)
+    none = pl.Series(S.QUERY, [], dtype=pl.String)
+    plan = ReusePlan(none, none)
     if previous is not None:
         state, build_number = previous
         refresh = (build_number, cfg.mine.refresh_builds)
-        reused = state.reusable_queries(pairs, listings_df, products_df, refresh)
+        plan = state.plan(pairs, listings_df, products_df, refresh)
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
-    to_mine = pairs.filter(~pl.col(S.QUERY).is_in(reused.implode()))
+    fresh = pairs.filter(~pl.col(S.QUERY).is_in(plan.reused.implode()))
     embedded = embed_inputs(
-        to_mine[S.QUERY].to_list(),
+        fresh[S.QUERY].to_list(),
         listings_df,
         encoder,
         EmbeddingCache(cfg.cache_dir, encoder.model_key),
     )
-    retrieval = build_retrieval(embedded, cfg, None if previous is None else state.centroids)
-    started = time.perf_counter()
+    positives = positive_table(fresh, embedded)
     info = listing_products(listings_df, products_df)
-    mined = mine_pairs(retrieval, positive_table(to_mine, embedded), info, cfg.mine, cfg.seed)
+    started = time.perf_counter()
+    refiltered = None
+    if previous is not None and plan.refiltered.len():
+        refiltered = refilter(state, plan.refiltered, positives, info, cfg)
+    settled = none if refiltered is None else refiltered.queries
+    retrieval = build_retrieval(
+        embedded.without(settled), cfg, None if previous is None else state.centroids
+    )
+    to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
+    mined = mine_pairs(retrieval, to_mine, info, cfg.mine, cfg.seed)
     counts, kept, dropped = candidate_counts(mined.candidates), mined.kept, mined.dropped
+    if refiltered is not None:  # both sorted by (query, positive, rank), no query in both
+        counts = pl.concat([counts, refiltered.counts])
+        kept = kept.merge_sorted(refiltered.kept, key=S.QUERY)
+        dropped = dropped.merge_sorted(refiltered.dropped, key=S.QUERY)
     if previous is not None:
-        counts, kept, dropped = _with_reused(state, reused, counts, kept, dropped)
-    filter_s = round(time.perf_counter() - started - retrieval.info["search_s"], 3)
+        counts, kept, dropped = _with_reused(state, plan.reused, counts, kept, dropped)
+    retrieval_s = retrieval.info["search_s"] + retrieval.info["index_s"]
+    filter_s = round(time.perf_counter() - started - retrieval_s, 3)
     out_dir = Path(out_dir)
     io.write_parquet(kept, out_dir / S.NEGATIVES_FILE)
     io.write_parquet(dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
@@ -410,7 +434,8 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     summary["skipped_above_ceiling"] = mined.skipped_above_ceiling
     if previous is not None:
         summary["incremental"] = {
-            "queries_reused": reused.len(),
+            "queries_reused": plan.reused.len(),
+            "queries_refiltered": settled.len(),
             "queries_mined": to_mine[S.QUERY].n_unique(),
         }
     dropped_by_reason = summary.pop("dropped_by_reason")
@@ -439,6 +464,56 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
             "ivf_centroids": retrieval.info.get("ivf_centroids"),
             "embedding": {k: v for k, v in embedded.stats.items() if k != "embed_s"},
         },
+    )
+
+
+@dataclass(frozen=True)
+class Refiltered:
+    """Queries settled by `refilter`, with their candidate counts and (kept, dropped) rows."""
+
+    queries: pl.Series
+    counts: pl.DataFrame
+    kept: pl.DataFrame
+    dropped: pl.DataFrame
+
+
+def refilter(
+    state: PreviousMining,
+    queries: pl.Series,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: PairsieveConfig,
+) -> Refiltered:
+    """Filter the previous candidates of ``queries`` (which only gained clicks) against today's
+    positives and products: what mining would give them over the previous catalog, without a
+    search. Left to mining: a query whose new clicks score below its weakest previous one (its
+    margin moved, and the previous candidates below the margin end at the old one), and one with
+    a pair left short (mining would look deeper)."""
+    pos = positives.filter(pl.col(S.QUERY).is_in(queries.implode()))
+    before = state.pairs.select(
+        S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID), pl.lit(True).alias("_old")
+    )
+    is_old = pl.col("_old").fill_null(False)
+    weakest = (
+        pos.join(before, on=[S.QUERY, S.POSITIVE_LISTING_ID], how="left")
+        .group_by(S.QUERY)
+        .agg(
+            pl.col(S.POSITIVE_SCORE).filter(is_old).min().alias("_old"),
+            pl.col(S.POSITIVE_SCORE).filter(~is_old).min().alias("_new"),
+        )
+    )
+    steady = weakest.filter(pl.col("_new") >= pl.col("_old"))[S.QUERY].sort()
+    pos = pos.filter(pl.col(S.QUERY).is_in(steady.implode()))
+    candidates = state.candidates_of(steady)
+    kept, dropped = filter_candidates(candidates, pos, products, cfg.mine, cfg.seed)
+    short = _short_queries(pos, kept, cfg.mine.num_negatives)
+    done = steady.filter(~steady.is_in(short.implode()))
+    settled = pl.col(S.QUERY).is_in(done.implode())
+    return Refiltered(
+        done,
+        candidate_counts(candidates.filter(settled)),
+        kept.filter(settled),
+        dropped.filter(settled),
     )
 
 

@@ -4,11 +4,15 @@ A query is *reused* (its kept and dropped rows copied from the previous build) w
 clicked listings are the same set, every listing it saw (positives and candidates) is still in
 the catalog with the same title, its positives and kept negatives are grouped into products as
 before (ids may change: only the grouping matters), the mine config is unchanged, and it is not
-due for refresh; every other query is mined as in a full build. Safety holds by construction: a
-reused negative is still of another product than its positive, and the negatives of a pair
-still come from distinct products.
+due for refresh. A query is *refiltered* when it only gained clicks and every listing it saw is
+unchanged: its previous candidates (the search's result, which does not depend on the clicks)
+are filtered again against today's positives and products (`mine.refilter`), unless a new click
+scores below its weakest old one (the margin moved) or a pair ends short (mining would look
+deeper). Every other query is mined as in a full build. Safety holds by construction: a reused
+negative is still of another product than its positive, the negatives of a pair still come
+from distinct products, and a refiltered query passes today's filters.
 
-What a reused query does not see is change elsewhere: a new listing that would now rank among
+What a reused or refiltered query does not see is change elsewhere: a new listing that would now rank among
 its candidates, or a dropped candidate whose product changed (its reason in
 `negatives_dropped.parquet` is the one it was dropped for). Reusing only queries whose whole
 candidate list is untouched would mine nearly everything again: with 2% new listings a new
@@ -73,14 +77,14 @@ class PreviousMining:
             knn.read_centroids(previous / "mine" / knn.CENTROIDS_FILE),
         )
 
-    def reusable_queries(
+    def plan(
         self,
         pairs: pl.DataFrame,
         listings: pl.DataFrame,
         products: pl.DataFrame,
         refresh: tuple[int, int],
-    ) -> pl.Series:
-        """Today's queries whose previous rows are still right (see module docstring).
+    ) -> ReusePlan:
+        """What the previous build can do for each of today's queries (module docstring).
 
         ``pairs``: today's distinct (query, listing_id); ``listings`` / ``products``: today's
         catalog and product ids; ``refresh``: (build number, `mine.refresh_builds`).
@@ -104,23 +108,46 @@ class PreviousMining:
             ]
         )
         gone = self.listings.join(today, on=[_ID, S.TITLE], how="anti")[_ID]
-        touched = pl.concat(
-            [
-                seen.filter(pl.col(_ID).is_in(gone.implode()))[S.QUERY],
-                _regrouped_queries(deciding, self.listings, today),
-            ]
-        )
+        lost = seen.filter(pl.col(_ID).is_in(gone.implode()))[S.QUERY]
+        regrouped = _regrouped_queries(deciding, self.listings, today)
         same_clicks = _clicked_sets(pairs).join(_clicked_sets(self.pairs), on=[S.QUERY, "_set"])
-        candidates = same_clicks.filter(~pl.col(S.QUERY).is_in(touched.implode()))[S.QUERY]
+        unchanged = pl.concat([lost, regrouped]).implode()
         slot = build_number % every
-        return pl.Series(
-            S.QUERY, sorted(q for q in candidates.to_list() if refresh_slot(q, every) != slot)
+
+        def not_due(queries: pl.Series) -> pl.Series:
+            return pl.Series(
+                S.QUERY, sorted(q for q in queries.to_list() if refresh_slot(q, every) != slot)
+            )
+
+        gained = _gained_clicks(pairs, self.pairs)
+        return ReusePlan(
+            not_due(same_clicks.filter(~pl.col(S.QUERY).is_in(unchanged))[S.QUERY]),
+            not_due(gained.filter(~gained.is_in(lost.implode()))),
         )
+
+    def candidates_of(self, queries: pl.Series) -> pl.DataFrame:
+        """(query, negative_listing_id, score, rank): the listings the previous build retrieved
+        for ``queries`` (each pair of a query has a row for every one of them)."""
+        columns = [S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK]
+        kept, dropped = self.rows_of(queries)
+        both = pl.concat([kept.select(columns), dropped.select(columns)])
+        return both.unique([S.QUERY, S.NEGATIVE_LISTING_ID]).sort(S.QUERY, S.RANK)
 
     def rows_of(self, queries: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The previous (kept, dropped) rows of ``queries``."""
         chosen = pl.col(S.QUERY).is_in(queries.implode())
         return self.kept.filter(chosen), self.dropped.filter(chosen)
+
+
+@dataclass(frozen=True)
+class ReusePlan:
+    """Today's queries the previous build serves: ``reused`` keep their rows as they are;
+    ``refiltered`` only gained clicks, so their previous candidates are filtered again against
+    today's positives and products (`mine.run` mines them instead when the new clicks moved
+    their margin or left a pair short)."""
+
+    reused: pl.Series
+    refiltered: pl.Series
 
 
 def titles_and_products(listings: pl.DataFrame, products: pl.DataFrame) -> pl.DataFrame:
@@ -153,6 +180,16 @@ def _regrouped_queries(
     )
     regrouped = (pl.col("_old") != pl.col("_both")) | (pl.col("_new") != pl.col("_both"))
     return per_query.filter(regrouped)[S.QUERY]
+
+
+def _gained_clicks(today: pl.DataFrame, before: pl.DataFrame) -> pl.Series:
+    """Queries that kept every listing clicked before and gained more (both (query, listing))."""
+    had = before.group_by(S.QUERY).len("_had")
+    kept = today.join(before, on=[S.QUERY, _ID]).group_by(S.QUERY).len("_kept")
+    now = today.group_by(S.QUERY).len("_now")
+    counts = now.join(had, on=S.QUERY).join(kept, on=S.QUERY)
+    gained = (pl.col("_kept") == pl.col("_had")) & (pl.col("_now") > pl.col("_had"))
+    return counts.filter(gained)[S.QUERY]
 
 
 def _clicked_sets(pairs: pl.DataFrame) -> pl.DataFrame:
