@@ -24,11 +24,11 @@ from pairsieve.stage import StageResult, load_result, run_stage, stage_fingerpri
 # Config sections whose values change a stage's output (plus everything upstream of it).
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
     "ingest": ("ingest",),
-    "cluster": ("embed", "knn", "cluster"),
+    "cluster": ("embed", "knn", "cluster", "seed"),
     "mine": ("embed", "knn", "mine", "seed"),
     "shards": ("shards", "mine", "seed"),
-    "report": ("report",),
-    "audit": ("embed", "knn", "cluster", "report"),
+    "report": ("report", "seed"),
+    "audit": ("embed", "knn", "cluster", "report", "seed"),
 }
 UPSTREAM: dict[str, tuple[str, ...]] = {
     "ingest": (),
