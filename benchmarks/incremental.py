@@ -82,10 +82,10 @@ def main() -> None:
         print(json.dumps({"sizes": sizes, "full_build": full}, indent=2), flush=True)
         if args.phase == "day1":
             return
-    day1 = json.loads(saved.read_text())
-    sizes, full = day1["sizes"], day1["full_build"]
     shutil.rmtree(work / "build2", ignore_errors=True)  # a finished build would be skipped
     day2 = build(cfg, work / "day2", work / "build2", previous=work / "build1")
+    day1 = json.loads(saved.read_text())  # read last: day 2 needs only day 1's mine stage
+    sizes, full = day1["sizes"], day1["full_build"]
     changes = pl.read_parquet(work / "build2" / "cluster" / "id_changes.parquet")
     result = {
         **sizes,
