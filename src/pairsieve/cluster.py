@@ -31,7 +31,7 @@ import logging
 import time
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -192,10 +192,10 @@ def knn_pairs(
     vectors: np.ndarray,
     rows: np.ndarray | None = None,
     centroids: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray | None]:
+) -> tuple[np.ndarray, Any]:
     """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
-    (with ``rows``, only the neighbours of those nodes are searched), and the index's IVF
-    centroids (None when exact): ``centroids`` from a previous build spare their training."""
+    (with ``rows``, only the neighbours of those nodes are searched), and the faiss index
+    searched: ``centroids`` from a previous build spare its IVF training."""
     from pairsieve import knn
 
     rows = np.arange(len(vectors)) if rows is None else rows
@@ -205,7 +205,7 @@ def knn_pairs(
     keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
     pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
     pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
-    return minhash.unique_pairs(pairs), knn.centroids_of(index)
+    return minhash.unique_pairs(pairs), index
 
 
 def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
@@ -382,13 +382,15 @@ def _embedding_candidates(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict]:
     """kNN pairs touching an unsettled node (all when None), the node vectors, the index's IVF
     centroids (``centroids`` reused while they fit), and what was embedded and trained."""
+    from pairsieve import knn
+
     vectors, details = _embed(cfg, nodes[S.TITLE].to_list(), encoder)
     rows = None if unsettled is None else np.flatnonzero(unsettled)
-    pairs, used = knn_pairs(cfg, vectors, rows, centroids)
-    if used is not None:
-        reused = centroids is not None and np.array_equal(used, centroids)
-        details["ivf_centroids"] = "reused" if reused else "trained"
-    return touching(pairs, unsettled), vectors, used, details
+    pairs, index = knn_pairs(cfg, vectors, rows, centroids)
+    source = knn.centroid_source(index, centroids)
+    if source is not None:
+        details["ivf_centroids"] = source
+    return touching(pairs, unsettled), vectors, knn.centroids_of(index), details
 
 
 def cluster_listings(

@@ -77,6 +77,15 @@ def centroids_of(index: faiss.Index) -> np.ndarray | None:
     return quantizer.reconstruct_n(0, quantizer.ntotal)
 
 
+def centroid_source(index: faiss.Index, given: np.ndarray | None) -> str | None:
+    """How an index got its IVF centroids: "reused" (built on ``given``), "trained", or None
+    for an exact index."""
+    used = centroids_of(index)
+    if used is None:
+        return None
+    return "reused" if given is not None and np.array_equal(used, given) else "trained"
+
+
 def write_centroids(centroids: np.ndarray, path: Path) -> None:
     """Store (nlist, d) centroids as one fixed-size float32 array column."""
     io.write_parquet(pl.DataFrame({_CENTROID: np.asarray(centroids, dtype=np.float32)}), path)

@@ -163,10 +163,7 @@ def build_retrieval(
         "index_s": time.perf_counter() - started,
         "search_s": 0.0,
     }
-    trained = knn.centroids_of(index)
-    if trained is not None:
-        reused = centroids is not None and np.array_equal(trained, centroids)
-        info["ivf_centroids"] = "reused" if reused else "trained"
+    info["ivf_centroids"] = knn.centroid_source(index, centroids)
     return Retrieval(
         index,
         embedded.queries,
@@ -429,8 +426,8 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     if centroids is not None:
         knn.write_centroids(centroids, out_dir / knn.CENTROIDS_FILE)
         outputs["ivf_centroids"] = knn.CENTROIDS_FILE
-    positives = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
-    summary = summarise(counts, positives, kept, dropped, cfg.mine)
+    clicked = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
+    summary = summarise(counts, clicked, kept, dropped, cfg.mine)
     summary["skipped_above_ceiling"] = mined.skipped_above_ceiling
     if previous is not None:
         summary["incremental"] = {
@@ -461,7 +458,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
             "candidates_per_query": counts[_COUNT].sum() / max(1, pairs[S.QUERY].n_unique()),
             "retrieval_rounds": mined.rounds,
             "index": retrieval.info["index"],
-            "ivf_centroids": retrieval.info.get("ivf_centroids"),
+            "ivf_centroids": retrieval.info["ivf_centroids"],
             "embedding": {k: v for k, v in embedded.stats.items() if k != "embed_s"},
         },
     )

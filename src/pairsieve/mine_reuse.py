@@ -12,9 +12,9 @@ deeper). Every other query is mined as in a full build. Safety holds by construc
 negative is still of another product than its positive, the negatives of a pair still come
 from distinct products, and a refiltered query passes today's filters.
 
-What a reused or refiltered query does not see is change elsewhere: a new listing that would now rank among
-its candidates, or a dropped candidate whose product changed (its reason in
-`negatives_dropped.parquet` is the one it was dropped for). Reusing only queries whose whole
+What a reused or refiltered query does not see is change elsewhere: a new listing that would
+now rank among its candidates, or (reused) a dropped candidate whose product changed (its reason
+in `negatives_dropped.parquet` is the one it was dropped for). Reusing only queries whose whole
 candidate list is untouched would mine nearly everything again: with 2% new listings a new
 listing lands among the candidates of over 90% of queries (the margin sends most queries
 hundreds of ranks deep), and each of 200k listings' queries sees ~230 listings of ~50 products,
