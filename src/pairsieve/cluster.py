@@ -387,10 +387,11 @@ def _embedding_candidates(
     vectors, details = _embed(cfg, nodes[S.TITLE].to_list(), encoder)
     rows = None if unsettled is None else np.flatnonzero(unsettled)
     pairs, index = knn_pairs(cfg, vectors, rows, centroids)
-    source = knn.centroid_source(index, centroids)
+    used = knn.centroids_of(index)
+    source = knn.centroid_source(used, centroids)
     if source is not None:
         details["ivf_centroids"] = source
-    return touching(pairs, unsettled), vectors, knn.centroids_of(index), details
+    return touching(pairs, unsettled), vectors, used, details
 
 
 def cluster_listings(

@@ -77,10 +77,9 @@ def centroids_of(index: faiss.Index) -> np.ndarray | None:
     return quantizer.reconstruct_n(0, quantizer.ntotal)
 
 
-def centroid_source(index: faiss.Index, given: np.ndarray | None) -> str | None:
-    """How an index got its IVF centroids: "reused" (built on ``given``), "trained", or None
-    for an exact index."""
-    used = centroids_of(index)
+def centroid_source(used: np.ndarray | None, given: np.ndarray | None) -> str | None:
+    """How an index got the IVF centroids it ``used`` (`centroids_of`): "reused" (built on
+    ``given``), "trained", or None for an exact index."""
     if used is None:
         return None
     return "reused" if given is not None and np.array_equal(used, given) else "trained"

@@ -163,7 +163,7 @@ def build_retrieval(
         "index_s": time.perf_counter() - started,
         "search_s": 0.0,
     }
-    info["ivf_centroids"] = knn.centroid_source(index, centroids)
+    info["ivf_centroids"] = knn.centroid_source(knn.centroids_of(index), centroids)
     return Retrieval(
         index,
         embedded.queries,

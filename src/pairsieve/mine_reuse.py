@@ -111,7 +111,7 @@ class PreviousMining:
         lost = seen.filter(pl.col(_ID).is_in(gone.implode()))[S.QUERY]
         regrouped = _regrouped_queries(deciding, self.listings, today)
         same_clicks = _clicked_sets(pairs).join(_clicked_sets(self.pairs), on=[S.QUERY, "_set"])
-        unchanged = pl.concat([lost, regrouped]).implode()
+        changed = pl.concat([lost, regrouped]).implode()  # rows no longer right
         slot = build_number % every
 
         def not_due(queries: pl.Series) -> pl.Series:
@@ -121,7 +121,7 @@ class PreviousMining:
 
         gained = _gained_clicks(pairs, self.pairs)
         return ReusePlan(
-            not_due(same_clicks.filter(~pl.col(S.QUERY).is_in(unchanged))[S.QUERY]),
+            not_due(same_clicks.filter(~pl.col(S.QUERY).is_in(changed))[S.QUERY]),
             not_due(gained.filter(~gained.is_in(lost.implode()))),
         )
 
