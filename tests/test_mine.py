@@ -206,6 +206,50 @@ def test_duplicate_guard_drops_unclustered_copies_and_refills():
     assert kept_ids(unguarded) == ["copy", "bigger"]
 
 
+def test_duplicate_guard_refills_each_pair_as_walking_its_list_would():
+    """Pairs lose different numbers of candidates to the guard over several refills; each pair's
+    kept negatives are its first num_negatives unflagged survivors, in order, as if walked one by
+    one, and exactly the candidates walked past are stamped possible_duplicate."""
+    rng = np.random.default_rng(3)
+    titles, scores, positives = {}, {}, {}
+    for q in range(4):
+        for side in ("a", "b"):
+            titles[f"p{q}{side}"] = f"acme phone z{q}{side} 64gb black"
+            positives[(f"q{q}", f"p{q}{side}")] = 0.95
+        scores[f"q{q}"] = {}
+        for i in range(14):
+            copy_of = rng.choice(["a", "b", None], p=[0.35, 0.35, 0.3])
+            lid = f"l{q}_{i}"
+            titles[lid] = f"acme phone z{q}{copy_of} 64gb black" if copy_of else f"zeta tab k{i}"
+            scores[f"q{q}"][lid] = float(rng.uniform(0.1, 0.8))
+    candidates, pos, _ = frames(scores, positives)
+    listings = pl.DataFrame({S.LISTING_ID: list(titles), S.TITLE: list(titles.values())})
+    info = mine.listing_products(
+        listings, pl.DataFrame({S.LISTING_ID: list(titles), S.PRODUCT_ID: list(titles)})
+    )
+    cfg = MineConfig(num_negatives=3, **NO_MARGIN)
+    kept, dropped = mine_filter.filter_candidates(candidates, pos, info, cfg, 13)
+    walk = cfg.model_copy(update={"duplicate_guard_jaccard": None, "num_negatives": 100})
+    survivors = mine_filter.filter_candidates(candidates, pos, info, walk, 13)[0]
+    expect_kept, expect_flagged = [], []
+    for (query, positive), rows in survivors.group_by(S.QUERY, S.POSITIVE_LISTING_ID):
+        taken = 0
+        for candidate in rows.sort(S.RANK)[S.NEGATIVE_LISTING_ID]:
+            if taken == cfg.num_negatives:
+                break
+            if titles[candidate].split()[2] == titles[positive].split()[2]:
+                expect_flagged.append((query, positive, candidate))
+            else:
+                expect_kept.append((query, positive, candidate))
+                taken += 1
+    columns = [S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID]
+    flagged = dropped.filter(pl.col(S.REASON) == "possible_duplicate").select(columns)
+    assert sorted(kept.select(columns).rows()) == sorted(expect_kept)
+    assert sorted(flagged.rows()) == sorted(expect_flagged)
+    per_pair = [(q, p) for q, p, _ in expect_flagged]
+    assert max(per_pair.count(p) for p in per_pair) >= 3  # some pair needed several refills
+
+
 def random_case():
     rng = np.random.default_rng(0)
     scores = {f"q{j}": {f"l{i}": float(rng.uniform(0, 0.8)) for i in range(40)} for j in range(5)}

@@ -177,25 +177,41 @@ def _possible_duplicates(
 def _guard_taken(table: pl.DataFrame, texts: dict[str, str], cfg: MineConfig) -> pl.DataFrame:
     """Stamp `possible_duplicate` on candidates about to be taken, refilling until each pair has
     num_negatives unflagged ones or runs out. Lazy because the check costs ~100 us per pair in
-    Python: only ~num_negatives candidates per pair are ever checked, not all range_max."""
-    pair = [S.QUERY, S.POSITIVE_LISTING_ID]
-    alive = pl.col(S.REASON).is_null()
-    table = table.with_row_index("_row").with_columns(pl.lit(False).alias("_checked"))
-    while True:
-        taken = pl.int_range(pl.len()).over([*pair, alive])
-        todo = table.filter(alive & (taken < cfg.num_negatives) & ~pl.col("_checked"))
-        if todo.height == 0:
-            return table.drop("_row", "_checked")
-        ids = todo.select(S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID).rows()
-        flags = _possible_duplicates(ids, texts, cfg.duplicate_guard_jaccard or 0.0)
-        flagged = todo["_row"].filter(pl.Series(flags, dtype=pl.Boolean))
-        table = table.with_columns(
-            pl.col("_checked") | pl.col("_row").is_in(todo["_row"].implode()),
-            pl.when(pl.col("_row").is_in(flagged.implode()))
-            .then(pl.lit("possible_duplicate"))
-            .otherwise(pl.col(S.REASON))
-            .alias(S.REASON),
+    Python: only ~num_negatives candidates per pair are ever checked, not all range_max. Each
+    refill looks only at the unchecked survivors of pairs that lost one to the last check, so a
+    round costs what it checks, not the whole table. ``table`` is sorted by pair."""
+    pair = pl.struct(S.QUERY, S.POSITIVE_LISTING_ID).rle_id().alias("_pair")
+    pending = (
+        table.select(pair, pl.col(S.REASON).is_null().alias("_alive"))
+        .with_row_index("_row")
+        .filter("_alive")
+        .select("_row", "_pair", pl.lit(cfg.num_negatives, pl.UInt32).alias("_need"))
+    )
+    flagged = np.zeros(table.height, dtype=bool)
+    positives, candidates = table[S.POSITIVE_LISTING_ID], table[S.NEGATIVE_LISTING_ID]
+    while pending.height:
+        pending = pending.with_columns(
+            (pl.int_range(pl.len(), dtype=pl.UInt32).over("_pair") < pl.col("_need")).alias("_todo")
         )
+        todo = pending.filter("_todo")
+        rows = todo["_row"]
+        ids = zip(positives.gather(rows).to_list(), candidates.gather(rows).to_list(), strict=True)
+        flags = pl.Series(
+            _possible_duplicates(list(ids), texts, cfg.duplicate_guard_jaccard or 0.0)
+        )
+        flagged[rows.filter(flags).to_numpy()] = True
+        lost = todo.filter(flags).group_by("_pair").len("_need")  # each needs that many more
+        pending = (
+            pending.filter(~pl.col("_todo"))
+            .drop("_need", "_todo")
+            .join(lost, on="_pair", maintain_order="left")
+        )
+    return table.with_columns(
+        pl.when(pl.Series(flagged))
+        .then(pl.lit("possible_duplicate"))
+        .otherwise(pl.col(S.REASON))
+        .alias(S.REASON)
+    )
 
 
 def _select(
