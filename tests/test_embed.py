@@ -23,6 +23,7 @@ from pairsieve.embed import (
     load_encoder,
     plan_partitions,
     read_cached,
+    shared_cache,
     text_keys,
 )
 from pairsieve.errors import PairsieveError
@@ -95,6 +96,24 @@ def test_each_partition_is_stored_as_soon_as_it_is_encoded(tmp_path):
     assert stats.encoded == 5 and [len(c) for c in encoder.calls] == [2, 2, 1]
     assert len(list(cache.folder.glob("part-*.npz"))) == 3
     np.testing.assert_array_equal(vectors[5:], vectors[:2])
+
+
+def test_shared_cache_is_one_view_per_folder_that_sees_every_writer(tmp_path):
+    """Stages share one in-memory view (no re-reading every part per stage); partition tasks
+    storing from threads, and writers elsewhere, all show up in it."""
+    view = shared_cache(str(tmp_path), "fake")
+    assert shared_cache(str(tmp_path), "fake") is view
+    assert shared_cache(str(tmp_path / "other"), "fake") is not view
+    assert not view.lookup(text_keys(TITLES))[0].any()  # read while the folder is empty
+    chunks = [TITLES[i : i + 2] for i in range(0, len(TITLES), 2)]
+    with ThreadPoolExecutor(4) as pool:  # tasks of the thread runner, each storing a part
+        list(pool.map(lambda chunk: embed_texts(chunk, CountingEncoder(), view), chunks))
+    found, vectors = view.lookup(text_keys(TITLES))
+    assert found.all() and view.size == len(set(TITLES))
+    np.testing.assert_array_equal(vectors, CountingEncoder().encode(TITLES))
+    late = "a title another process embedded later"
+    EmbeddingCache(tmp_path, "fake").store(text_keys([late]), CountingEncoder().encode([late]))
+    assert view.lookup(text_keys([late]))[0].all()
 
 
 def test_leftover_tmp_file_and_truncated_part_are_never_read(tmp_path, caplog):

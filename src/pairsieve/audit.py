@@ -185,11 +185,11 @@ def label_rows(data: pl.DataFrame, product_of: pl.DataFrame) -> pl.DataFrame:
 
 def row_scores(cfg: PairsieveConfig, data: pl.DataFrame, encoder: Any) -> pl.DataFrame:
     """Adds the encoder's cosine of each anchor with its positive and with each negative."""
-    from pairsieve.embed import EmbeddingCache, embed_texts
+    from pairsieve.embed import embed_texts, shared_cache
 
     texts = pl.concat([data[S.ANCHOR], data[S.POSITIVE], data[NEGATIVES].explode()]).unique()
     texts = texts.sort().to_list()
-    vectors, _ = embed_texts(texts, encoder, EmbeddingCache(cfg.cache_dir, encoder.model_key))
+    vectors, _ = embed_texts(texts, encoder, shared_cache(cfg.cache_dir, encoder.model_key))
     index = {t: i for i, t in enumerate(texts)}
     anchors = vectors[[index[t] for t in data[S.ANCHOR].to_list()]]  # (rows, d) float32
     positives = vectors[[index[t] for t in data[S.POSITIVE].to_list()]]

@@ -366,10 +366,10 @@ class Clustering:
 def _embed(
     cfg: PairsieveConfig, titles: list[str], encoder: Encoder | None
 ) -> tuple[np.ndarray, dict]:
-    from pairsieve.embed import EmbeddingCache, embed_texts, load_encoder
+    from pairsieve.embed import embed_texts, load_encoder, shared_cache
 
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
-    vectors, stats = embed_texts(titles, encoder, EmbeddingCache(cfg.cache_dir, encoder.model_key))
+    vectors, stats = embed_texts(titles, encoder, shared_cache(cfg.cache_dir, encoder.model_key))
     return vectors, {"embedded": stats.encoded, "embedding_cache_hits": stats.cache_hits}
 
 

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import logging
 import os
+import threading
 import time
 import uuid
 import zipfile
@@ -137,6 +138,7 @@ class EmbeddingCache:
         self._keys = np.empty(0, dtype=np.uint64)  # (m,) sorted, distinct
         self._vectors: np.ndarray | None = None  # (m, d) float32, rows match _keys
         self._seen_parts: set[str] = set()
+        self._lock = threading.Lock()  # partition tasks on the thread runner share one view
 
     def _read_part(self, part: Path) -> tuple[np.ndarray, np.ndarray] | None:
         """(keys, vectors) of one part, or None if it vanished (compacted) or is damaged."""
@@ -182,17 +184,20 @@ class EmbeddingCache:
     @property
     def size(self) -> int:
         """Number of distinct cached texts (after reading every part on disk)."""
-        self._refresh()
-        return len(self._keys)
+        with self._lock:
+            self._refresh()
+            return len(self._keys)
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(found mask (n,) bool, vectors of the found keys (m, d)) for ``keys`` (n,) uint64."""
-        self._refresh()
-        if self._vectors is None or len(self._keys) == 0:
+        with self._lock:
+            self._refresh()
+            known, vectors = self._keys, self._vectors
+        if vectors is None or len(known) == 0:
             return np.zeros(len(keys), dtype=bool), None
-        pos = np.searchsorted(self._keys, keys).clip(max=len(self._keys) - 1)
-        found = self._keys[pos] == keys
-        return found, self._vectors[pos[found]]
+        pos = np.searchsorted(known, keys).clip(max=len(known) - 1)
+        found = known[pos] == keys
+        return found, vectors[pos[found]]
 
     def store(self, keys: np.ndarray, vectors: np.ndarray) -> Path | None:
         """Persist ``vectors`` (n, d) under ``keys`` (n,) uint64 as one new part file."""
@@ -321,6 +326,14 @@ def plan_partitions(
 
 
 @functools.lru_cache(maxsize=2)
+def shared_cache(root: str | Path, model_key: str) -> EmbeddingCache:
+    """One view of a cache folder per process: the stages and partition tasks of a build share
+    the vectors it has read (it reads only parts new since its last look) instead of each reading
+    every part again, ~20 s a time at 1M vectors."""
+    return EmbeddingCache(root, model_key)
+
+
+@functools.lru_cache(maxsize=2)
 def shared_encoder(cfg: EmbedConfig, cache_dir: str) -> Encoder:
     """One encoder per process and config, shared by every stage and partition task it runs."""
     return load_encoder(cfg, cache_dir)
@@ -333,7 +346,7 @@ def embed_partition(texts: Sequence[str], cfg: PairsieveConfig) -> EmbedStats:
     worker process or thread, any number at once; the vectors are read back with `read_cached`.
     """
     encoder = shared_encoder(cfg.embed, cfg.cache_dir)
-    cache = EmbeddingCache(cfg.cache_dir, encoder.model_key)
+    cache = shared_cache(cfg.cache_dir, encoder.model_key)
     _, stats = embed_texts(texts, encoder, cache, cfg.embed.partition_size)
     return stats
 
@@ -359,4 +372,4 @@ def read_cached(texts: Sequence[str], cache: EmbeddingCache) -> np.ndarray:
 def cache_for(cfg: PairsieveConfig) -> EmbeddingCache:
     """The shared cache of the configured model, without loading the model."""
     path = cfg.embed.model_path or bundled_model_path()
-    return EmbeddingCache(cfg.cache_dir, _model_key(path, cfg.embed))
+    return shared_cache(cfg.cache_dir, _model_key(path, cfg.embed))

@@ -43,7 +43,7 @@ import polars as pl
 from pairsieve import io, knn, text
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
-from pairsieve.embed import EmbeddingCache, Encoder, embed_texts, load_encoder
+from pairsieve.embed import EmbeddingCache, Encoder, embed_texts, load_encoder, shared_cache
 from pairsieve.errors import PairsieveError
 from pairsieve.mine_filter import REASONS, filter_candidates, score_ceilings, with_ranks
 from pairsieve.mine_reuse import PreviousMining, ReusePlan
@@ -395,7 +395,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
         fresh[S.QUERY].to_list(),
         listings_df,
         encoder,
-        EmbeddingCache(cfg.cache_dir, encoder.model_key),
+        shared_cache(cfg.cache_dir, encoder.model_key),
     )
     positives = positive_table(fresh, embedded)
     info = listing_products(listings_df, products_df)

@@ -29,7 +29,7 @@ import polars as pl
 from pairsieve import io, mine
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
-from pairsieve.embed import EmbeddingCache, Encoder
+from pairsieve.embed import Encoder, shared_cache
 from pairsieve.errors import PairsieveError
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def evaluate(
     ``clusters`` (listing_id, product_id) from `pairsieve.cluster` (None skips (c) and (d)).
     """
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
-    cache = EmbeddingCache(cfg.cache_dir, encoder.model_key)
+    cache = shared_cache(cfg.cache_dir, encoder.model_key)
     embedded = mine.embed_inputs(pairs[S.QUERY].to_list(), listings, encoder, cache)
     retrieval = mine.build_retrieval(embedded, cfg)
     positives = mine.positive_table(pairs, embedded)
