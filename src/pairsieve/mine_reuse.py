@@ -91,9 +91,12 @@ class PreviousMining:
         """
         build_number, every = refresh
         today = titles_and_products(listings, products)
-        seen = pl.concat(
+        # Queries that saw a listing now gone, found frame by frame: the dropped rows run to tens
+        # of millions, so they are filtered, never copied.
+        gone = self.listings.join(today, on=[_ID, S.TITLE], how="anti")[_ID].implode()
+        lost = pl.concat(
             [
-                frame.select(S.QUERY, pl.col(column).alias(_ID))
+                frame.filter(pl.col(column).is_in(gone))[S.QUERY]
                 for frame, column in (
                     (self.kept, S.NEGATIVE_LISTING_ID),
                     (self.dropped, S.NEGATIVE_LISTING_ID),
@@ -107,8 +110,6 @@ class PreviousMining:
                 self.pairs.select(S.QUERY, _ID),
             ]
         )
-        gone = self.listings.join(today, on=[_ID, S.TITLE], how="anti")[_ID]
-        lost = seen.filter(pl.col(_ID).is_in(gone.implode()))[S.QUERY]
         regrouped = _regrouped_queries(deciding, self.listings, today)
         same_clicks = _clicked_sets(pairs).join(_clicked_sets(self.pairs), on=[S.QUERY, "_set"])
         changed = pl.concat([lost, regrouped]).implode()  # rows no longer right
