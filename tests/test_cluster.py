@@ -158,9 +158,10 @@ def test_cluster_command_writes_products(tmp_path, session_cache_dir) -> None:
 
 
 def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
-    """`cluster_verify.verify` evaluates `text.assess` / `text.jaccard` column-wise; every pair of a
-    small real-title set (all conflict kinds, codes, brands) must match the per-pair functions."""
-    from pairsieve import text
+    """`cluster_verify.verify` evaluates `match.assess` / `match.jaccard` column-wise; every pair
+    of a small real-title set (all conflict kinds, codes, brands) must match the per-pair
+    functions."""
+    from pairsieve import match, text
 
     titles = [t for t, _ in TITLES.values()] + [
         "sony rx100 iv",
@@ -198,13 +199,13 @@ def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
     for (a, b), jac, reason in zip(
         pairs.tolist(), scored[S.JACCARD], scored[S.VETO_REASON], strict=True
     ):
-        assert jac == round(text.jaccard(attrs[a], attrs[b]), 4)
+        assert jac == round(match.jaccard(attrs[a], attrs[b]), 4)
         if not (informative[a] and informative[b]):
             expected = "low_information"
         elif brands[a] and brands[b] and brands[a] != brands[b]:
             expected = "brand_conflict"
         else:
-            expected = text.assess(attrs[a], attrs[b])[0]
+            expected = match.assess(attrs[a], attrs[b])[0]
         assert reason == expected, (nodes[S.TITLE_NORM][a], nodes[S.TITLE_NORM][b])
 
 
@@ -342,7 +343,7 @@ def test_forked_workers_give_byte_identical_outputs(tmp_path, monkeypatch) -> No
 
 def test_code_block_pairs_equal_brute_force() -> None:
     """Every node pair sharing a blocking key of a block of at most max_block nodes."""
-    from pairsieve import text
+    from pairsieve import match, text
     from pairsieve.cluster_reuse import touching
 
     rng = np.random.default_rng(0)
@@ -352,7 +353,7 @@ def test_code_block_pairs_equal_brute_force() -> None:
             text.extract_attributes(" ".join(rng.choice(codes, size=rng.integers(0, 3))))
             for _ in range(40)
         ]
-        keys = [set().union(*(text.code_keys(c) for c in a.codes | a.joined)) for a in attrs]
+        keys = [set().union(*(match.code_keys(c) for c in a.codes | a.joined)) for a in attrs]
         members: dict[str, list[int]] = {}
         for node, node_keys in enumerate(keys):
             for key in node_keys:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from pairsieve import text
+from pairsieve import match, text
 
 
 @pytest.mark.parametrize(
@@ -79,8 +79,8 @@ def test_low_information_titles() -> None:
     ],
 )
 def test_code_suffixes_are_compatible(a: str, b: str) -> None:
-    assert text.codes_compatible(a, b)
-    assert text.code_keys(a) & text.code_keys(b)
+    assert match.codes_compatible(a, b)
+    assert match.code_keys(a) & match.code_keys(b)
 
 
 @pytest.mark.parametrize(
@@ -96,26 +96,26 @@ def test_code_suffixes_are_compatible(a: str, b: str) -> None:
     ],
 )
 def test_conflicts_name_their_reason(left: str, right: str, reason: str) -> None:
-    assert text.conflict(attrs(left), attrs(right)) == reason
+    assert match.conflict(attrs(left), attrs(right)) == reason
 
 
 def test_code_conflicts_need_an_unmatched_code_on_both_sides() -> None:
     a = attrs("liebherr gp 1486 freistehend senkrecht 104l")
-    assert text.compare_codes(a, attrs("liebherr gp1486 under counter freezer")) == (True, False)
+    assert match.compare_codes(a, attrs("liebherr gp1486 under counter freezer")) == (True, False)
     tv = attrs("lg oled55b7v 55in oled 4k tv wc01")
     other = attrs("samsung 55 mu6120 tv ue55mu6120kxxu wc01")  # shares only a seller code
-    assert text.compare_codes(tv, other) == (False, True)
+    assert match.compare_codes(tv, other) == (False, True)
     small = attrs("lg 32lv541h 81.3cm 32 hd led tv")
     large = attrs("lg 49lv541h lv541h series 49 led tv")  # "lv541h" matches both, sizes differ
-    assert text.compare_codes(small, large) == (False, True)
+    assert match.compare_codes(small, large) == (False, True)
 
 
 def test_shared_code_overrides_marketing_words_not_quantities() -> None:
     a = attrs("hotpoint nm10944ww ultra efficient 9kg washing machine")
     b = attrs("hotpoint nm10944wwuk 9kg 1400 spin washing machine")
-    assert text.conflict(a, b) is None
+    assert match.conflict(a, b) is None
     c = attrs("hotpoint nm10944ww 8kg washing machine")
-    assert text.conflict(a, c) == "mass_conflict"
+    assert match.conflict(a, c) == "mass_conflict"
 
 
 def _reference_attributes(title_norm: str) -> text.Attributes:
@@ -194,7 +194,7 @@ def test_code_keys_equal_the_plain_definition() -> None:
             code[i : i + 6] for i in range(len(code) - 5) if any(map(str.isdigit, code[i : i + 6]))
         )
         if any(map(str.isdigit, code)):
-            core = text.code_core(code)
+            core = match.code_core(code)
             if len(core) >= 4:
                 keys.add(core)
         return keys
@@ -205,7 +205,7 @@ def test_code_keys_equal_the_plain_definition() -> None:
         "".join(rng.choice("ab1\u00b2x") for _ in range(rng.randint(0, 16))) for _ in range(3000)
     ]
     for code in codes:
-        assert text.code_keys(code) == plain(code), code
+        assert match.code_keys(code) == plain(code), code
 
 
 def test_attributes_pickle_round_trip() -> None:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from pairsieve import io, minhash, text
+from pairsieve import io, match, minhash, text
 from pairsieve import schemas as S
 from pairsieve.cluster_reuse import PreviousClustering, touching
 from pairsieve.cluster_verify import INFORMATIVE, resolved_link_threshold, verify
@@ -128,7 +128,7 @@ def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
 def code_block_pairs(
     attrs: list[text.Attributes], max_block: int, wanted: np.ndarray | None = None
 ) -> tuple[np.ndarray, int]:
-    """Node pairs sharing a model-code blocking key (`text.code_keys`); blocks over
+    """Node pairs sharing a model-code blocking key (`match.code_keys`); blocks over
     ``max_block`` titles are skipped, and with ``wanted`` ((n,) bool) blocks without a wanted
     node."""
     rows, keys = [], []
@@ -141,7 +141,8 @@ def code_block_pairs(
         for c in attr.codes | attr.joined:
             found = ids_of.get(c)
             if found is None:
-                found = ids_of[c] = [key_ids.setdefault(k, len(key_ids)) for k in text.code_keys(c)]
+                own = match.code_keys(c)
+                found = ids_of[c] = [key_ids.setdefault(k, len(key_ids)) for k in own]
             node_keys.update(found)
         rows.extend([node] * len(node_keys))
         keys.extend(node_keys)

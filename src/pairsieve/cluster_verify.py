@@ -3,7 +3,7 @@
 
 Kept apart from `pairsieve.cluster` (candidates, agglomeration, the stage) because it is the
 part that decides which pairs may ever join, and the part its tests check pair by pair against
-`text.assess` / `text.jaccard`.
+`match.assess` / `match.jaccard`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
+from pairsieve import match, text, verifier
 from pairsieve import schemas as S
-from pairsieve import text, verifier
 from pairsieve.config import ClusterConfig
 from pairsieve.forked import in_two_processes
 
@@ -65,7 +65,7 @@ def _intern(values: list) -> np.ndarray:
 
 class _AttributeColumns:
     """The attributes of every node encoded as integer columns and binary set matrices, so the
-    checks of `text.assess` and `text.jaccard` run per candidate pair in numpy."""
+    checks of `match.assess` and `match.jaccard` run per candidate pair in numpy."""
 
     def __init__(self, attrs: list[text.Attributes]) -> None:
         self.words, self.vocab = _set_matrix([a.words for a in attrs])
@@ -92,7 +92,7 @@ class _AttributeColumns:
         self.attrs = attrs
 
     def jaccard(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """`text.jaccard` per pair."""
+        """`match.jaccard` per pair."""
         inter = _overlap(self.words, a, b)
         union = self.n_words[a] + self.n_words[b] - inter
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -100,7 +100,7 @@ class _AttributeColumns:
         return np.where(union == 0, 1.0, out)
 
     def compare_codes(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`text.compare_codes` per pair, computed once per distinct pair of code sets."""
+        """`match.compare_codes` per pair, computed once per distinct pair of code sets."""
         shared = np.zeros(len(a), dtype=bool)
         conflicting = np.zeros(len(a), dtype=bool)
         both = np.flatnonzero(self.has_codes[a] & self.has_codes[b])
@@ -121,7 +121,7 @@ class _AttributeColumns:
             for start in range(lo, hi, _PAIR_CHUNK):
                 part = first[start : min(start + _PAIR_CHUNK, hi)]
                 results = (
-                    text.compare_codes(self.attrs[x], self.attrs[y])
+                    match.compare_codes(self.attrs[x], self.attrs[y])
                     for x, y in zip(ia[part].tolist(), ib[part].tolist(), strict=True)
                 )
                 flat = np.fromiter(chain.from_iterable(results), dtype=bool, count=2 * len(part))
@@ -134,7 +134,7 @@ class _AttributeColumns:
         return shared, conflicting
 
     def quantity_conflict(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """(m,) int64 index into ``units`` of `text._quantity_conflict`'s unit, -1 for none."""
+        """(m,) int64 index into ``units`` of `match.quantity_conflict`'s unit, -1 for none."""
         out = np.full(len(a), -1, dtype=np.int64)
         if not self.units:
             return out
@@ -153,7 +153,7 @@ class _AttributeColumns:
         return out
 
     def assess(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`text.assess` per pair: (reason code per pair, shared model code). Reason codes
+        """`match.assess` per pair: (reason code per pair, shared model code). Reason codes
         index `_REASONS`, 0 meaning none; quantity conflicts are ``len(_REASONS) + unit``."""
         shared_code, code_conflict = self.compare_codes(a, b)
         unit = self.quantity_conflict(a, b)
@@ -219,7 +219,7 @@ def verify(
     accept_jaccard alone when no embeddings are used), and its score is the cosine, else
     Jaccard (1.0 for a shared code).
 
-    The checks are `text.jaccard` and `text.assess` per pair, evaluated column-wise over
+    The checks are `match.jaccard` and `match.assess` per pair, evaluated column-wise over
     integer-encoded attributes (`_AttributeColumns`); a test checks they agree pair by pair.
     """
     a = candidates["a"].to_numpy().astype(np.int64)

@@ -13,8 +13,8 @@ import hashlib
 import numpy as np
 import polars as pl
 
+from pairsieve import match, text
 from pairsieve import schemas as S
-from pairsieve import text
 from pairsieve.config import MineConfig
 
 # Drop reasons in precedence order: a candidate gets the first that applies. Identity checks come
@@ -159,7 +159,7 @@ def _possible_duplicates(
     pairs: list[tuple[str, str]], texts: dict[str, str], min_jaccard: float
 ) -> list[bool]:
     """For (positive, candidate) listing ids: True when no extracted attribute tells the two
-    titles apart (`text.conflict`) and their word Jaccard reaches ``min_jaccard``."""
+    titles apart (`match.conflict`) and their word Jaccard reaches ``min_jaccard``."""
     attrs: dict[str, text.Attributes] = {}
 
     def attributes(listing_id: str) -> text.Attributes:
@@ -170,7 +170,7 @@ def _possible_duplicates(
     flags = []
     for positive, candidate in pairs:
         a, b = attributes(positive), attributes(candidate)
-        flags.append(text.conflict(a, b) is None and text.jaccard(a, b) >= min_jaccard)
+        flags.append(match.conflict(a, b) is None and match.jaccard(a, b) >= min_jaccard)
     return flags
 
 

@@ -99,8 +99,8 @@ class PairInputs:
 
     a: np.ndarray  # int64 node index
     b: np.ndarray  # int64 node index
-    jaccard: np.ndarray  # float64, `text.jaccard`
-    shared_code: np.ndarray  # bool, `text.compare_codes` shared and not conflicting
+    jaccard: np.ndarray  # float64, `match.jaccard`
+    shared_code: np.ndarray  # bool, `match.compare_codes` shared and not conflicting
     signal: list[str]  # proposing signals, "code+minhash"
     cosine: np.ndarray  # float64
 
