@@ -135,8 +135,13 @@ class EmbeddingCache:
 
     def __init__(self, root: str | Path, model_key: str) -> None:
         self.folder = Path(root).expanduser() / model_key
+        # The parts' vectors stay as read, one array per part: merging them into one sorted
+        # array copied every vector on each refresh (~12 s at 1M). A sorted key index says
+        # where each vector is.
+        self._parts: list[np.ndarray] = []  # (rows, d) float32 per part read
         self._keys = np.empty(0, dtype=np.uint64)  # (m,) sorted, distinct
-        self._vectors: np.ndarray | None = None  # (m, d) float32, rows match _keys
+        self._part_of = np.empty(0, dtype=np.int32)  # (m,) index into _parts per key
+        self._row_of = np.empty(0, dtype=np.int64)  # (m,) row in that part
         self._seen_parts: set[str] = set()
         self._lock = threading.Lock()  # partition tasks on the thread runner share one view
 
@@ -156,30 +161,31 @@ class EmbeddingCache:
         return keys.astype(np.uint64, copy=False), vectors.astype(self.dtype, copy=False)
 
     def _refresh(self) -> None:
-        """Load parts written since the last look (by this or any other process)."""
-        keys = [self._keys]
-        vectors = [] if self._vectors is None else [self._vectors]
+        """Index parts written since the last look (by this or any other process)."""
+        keys, parts, rows = [self._keys], [self._part_of], [self._row_of]
         for _ in range(3):  # a part deleted by a compaction was merged into one listed next time
-            parts = sorted(
+            listed = sorted(
                 p for p in self.folder.glob("part-*.npz") if p.name not in self._seen_parts
             )
             vanished = False
-            for part in parts:
+            for part in listed:
                 loaded = self._read_part(part)
                 vanished |= loaded is None and not part.exists()
                 if loaded is not None:
                     keys.append(loaded[0])
-                    vectors.append(loaded[1])
+                    parts.append(np.full(len(loaded[0]), len(self._parts), dtype=np.int32))
+                    rows.append(np.arange(len(loaded[0]), dtype=np.int64))
+                    self._parts.append(loaded[1])
                 if loaded is not None or part.exists():
                     self._seen_parts.add(part.name)
             if not vanished:
                 break
-        if len(keys) == 1 and self._vectors is not None or not vectors:
+        if len(keys) == 1:
             return
-        all_keys = np.concatenate(keys)
-        all_vectors = np.concatenate(vectors)
-        distinct, first = np.unique(all_keys, return_index=True)  # sorted; duplicates agree
-        self._keys, self._vectors = distinct, all_vectors[first]
+        # Sorted and distinct; a key in two parts (a compaction's merge) has equal vectors.
+        self._keys, first = np.unique(np.concatenate(keys), return_index=True)
+        self._part_of = np.concatenate(parts)[first]
+        self._row_of = np.concatenate(rows)[first]
 
     @property
     def size(self) -> int:
@@ -192,12 +198,17 @@ class EmbeddingCache:
         """(found mask (n,) bool, vectors of the found keys (m, d)) for ``keys`` (n,) uint64."""
         with self._lock:
             self._refresh()
-            known, vectors = self._keys, self._vectors
-        if vectors is None or len(known) == 0:
+            known, part_of, row_of, parts = self._keys, self._part_of, self._row_of, self._parts
+        if len(known) == 0:
             return np.zeros(len(keys), dtype=bool), None
         pos = np.searchsorted(known, keys).clip(max=len(known) - 1)
         found = known[pos] == keys
-        return found, vectors[pos[found]]
+        part, row = part_of[pos[found]], row_of[pos[found]]
+        vectors = np.empty((len(part), parts[0].shape[1]), dtype=self.dtype)
+        for index in np.unique(part):
+            here = part == index
+            vectors[here] = parts[index][row[here]]
+        return found, vectors
 
     def store(self, keys: np.ndarray, vectors: np.ndarray) -> Path | None:
         """Persist ``vectors`` (n, d) under ``keys`` (n,) uint64 as one new part file."""
@@ -294,11 +305,14 @@ def embed_texts(
             cache.store(keys[chunk], fresh[-1])
     like = cached if cached is not None else (fresh[0] if fresh else None)
     dim, dtype = (like.shape[1], like.dtype) if like is not None else (0, np.float32)
-    vectors = np.empty((len(keys), dim), dtype=dtype)
-    if cached is not None:
-        vectors[found] = cached
-    if fresh:
-        vectors[missing] = np.concatenate(fresh)
+    if fresh or cached is None:
+        vectors = np.empty((len(keys), dim), dtype=dtype)
+        if cached is not None:
+            vectors[found] = cached
+        if fresh:
+            vectors[missing] = np.concatenate(fresh)
+    else:  # all cached (every build after the embedding partitions): no copy
+        vectors = cached
     stats = EmbedStats(
         texts=len(texts),
         distinct=len(keys),
