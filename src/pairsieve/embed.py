@@ -291,8 +291,10 @@ def embed_texts(
     as it is done, so a killed run loses at most one partition of work.
     """
     started = time.perf_counter()
-    distinct, inverse = np.unique(np.asarray(texts, dtype=object), return_inverse=True)
-    keys = text_keys(list(distinct))
+    # Distinct texts by their cache keys: sorting 10^6 uint64 keys is ~10x faster than sorting
+    # the strings, and equal texts have equal keys.
+    keys, first, inverse = np.unique(text_keys(texts), return_index=True, return_inverse=True)
+    distinct = [texts[i] for i in first]
     found, cached = (
         cache.lookup(keys) if cache is not None else (np.zeros(len(keys), dtype=bool), None)
     )
