@@ -128,7 +128,7 @@ def test_scan_below_matches_a_full_sort_with_ties(head, depth):
         assert np.allclose(scores[rows == q], vectors[ids[rows == q]] @ queries[q], atol=1e-5)
 
 
-def test_one_pass_selection_equals_full_sorts_with_and_without_ties() -> None:
+def test_one_pass_selection_over_column_blocks_equals_full_sorts_with_and_without_ties() -> None:
     from pairsieve.knn import _select_rows
 
     rng = np.random.default_rng(11)
@@ -138,8 +138,9 @@ def test_one_pass_selection_equals_full_sorts_with_and_without_ties() -> None:
     for scores in (tied, distinct):
         full = np.lexsort((np.broadcast_to(np.arange(300), scores.shape), -scores), axis=1)
         for head, depth in ((0, 5), (1, 1), (7, 50), (50, 7), (300, 300)):
+            blocks = [(first, scores[:, first : first + 70]) for first in range(0, 300, 70)]
             top, top_scores, below, below_scores, found, above = _select_rows(
-                scores, ceilings, head, depth
+                blocks, ceilings, head, depth
             )
             assert np.array_equal(top, full[:, :head])
             assert np.array_equal(top_scores, np.take_along_axis(scores, full[:, :head], 1))

@@ -9,6 +9,7 @@ previous build's centroids (`CENTROIDS_FILE`) while they still fit the index's s
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import faiss
@@ -165,41 +166,93 @@ def _sort_heap(scores: np.ndarray, ids: np.ndarray, size: int) -> None:
         _sift_down(scores, ids, end)
 
 
+@njit(cache=True, inline="always")
+def _bar(heap_scores: np.ndarray, size: int, capacity: int) -> float:
+    """The score a value must beat to enter a heap (worst kept once full)."""
+    if capacity == 0:
+        return np.inf
+    return heap_scores[0] if size == capacity else -np.inf
+
+
 @njit(cache=True, parallel=True)
-def _select_rows(
-    scores: np.ndarray, ceilings: np.ndarray, head: int, depth: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per row of ``scores`` (m, n), in one pass: the ``head`` best columns, the ``depth`` best
-    at or below the row's ceiling (each best first, ties to the smaller column) and how many
-    score above the ceiling. Returns (head ids, head scores, below ids, below scores, below
-    count, above); bounded heaps keep it O(n) per row for small head and depth."""
-    m = scores.shape[0]
-    head_ids = np.empty((m, head), np.int64)
-    head_scores = np.empty((m, head), np.float32)
-    below_ids = np.full((m, depth), -1, np.int64)
-    below_scores = np.full((m, depth), -np.inf, np.float32)
-    below_count = np.zeros(m, np.int64)
-    above = np.zeros(m, np.int64)
-    for r in prange(m):
+def _offer_block(
+    scores: np.ndarray,
+    first: int,
+    ceilings: np.ndarray,
+    top_scores: np.ndarray,
+    top_ids: np.ndarray,
+    top_sizes: np.ndarray,
+    low_scores: np.ndarray,
+    low_ids: np.ndarray,
+    low_sizes: np.ndarray,
+    above: np.ndarray,
+) -> None:
+    """Offer each row of ``scores`` (m, b), the scores of columns ``first`` .. ``first + b - 1``,
+    to that row's bounded heaps: ``top_*`` (scores, ids, sizes) keep its best columns, ``low_*``
+    those at or below the row's ceiling; ``above`` counts the rest. Blocks must come in
+    ascending column order: a value equal to a full heap's worst then loses the tie, so the cheap
+    test skips almost every column once the heaps are full. (The heaps are separate arguments:
+    numba loses writes to an array passed inside a tuple in a `prange` loop.)"""
+    head, depth = top_scores.shape[1], low_scores.shape[1]
+    for r in prange(scores.shape[0]):
         ceiling, row = ceilings[r], scores[r]
-        top_scores, top_ids = head_scores[r], head_ids[r]
-        low_scores, low_ids = below_scores[r], below_ids[r]
-        top_size = low_size = over = 0
+        best_scores, best_ids, under_scores, under_ids = (
+            top_scores[r],
+            top_ids[r],
+            low_scores[r],
+            low_ids[r],
+        )
+        top_size, low_size, over = top_sizes[r], low_sizes[r], 0
+        # Entry bars in locals: a full heap's worst score (a heap still filling takes anything,
+        # an empty one nothing), so the loop that skips almost every column reads only the row.
+        top_bar = _bar(best_scores, top_size, head)
+        low_bar = _bar(under_scores, low_size, depth)
         for j in range(row.shape[0]):
             value = row[j]
-            # Columns come in ascending order, so a value equal to a full heap's worst loses the
-            # tie: the cheap test skips almost every column once the heaps are full.
-            if top_size < head or value > top_scores[0]:
-                top_size = _offer(top_scores, top_ids, top_size, value, j)
+            if value > top_bar or (value == top_bar and top_size < head):
+                top_size = _offer(best_scores, best_ids, top_size, value, first + j)
+                if top_size == head:
+                    top_bar = best_scores[0]
             if value > ceiling:
                 over += 1
-            elif low_size < depth or value > low_scores[0]:
-                low_size = _offer(low_scores, low_ids, low_size, value, j)
-        _sort_heap(top_scores, top_ids, top_size)
-        _sort_heap(low_scores, low_ids, low_size)
-        below_count[r] = low_size
-        above[r] = over
-    return head_ids, head_scores, below_ids, below_scores, below_count, above
+            elif value > low_bar or (value == low_bar and low_size < depth):
+                low_size = _offer(under_scores, under_ids, low_size, value, first + j)
+                if low_size == depth:
+                    low_bar = under_scores[0]
+        top_sizes[r] = top_size
+        low_sizes[r] = low_size
+        above[r] += over
+
+
+@njit(cache=True, parallel=True)
+def _sort_heaps(scores: np.ndarray, ids: np.ndarray, sizes: np.ndarray) -> None:
+    """Sort each row's heap in place, best first."""
+    for r in prange(scores.shape[0]):
+        _sort_heap(scores[r], ids[r], sizes[r])
+
+
+def _select_rows(
+    blocks: Iterable[tuple[int, np.ndarray]], ceilings: np.ndarray, head: int, depth: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row over the column ``blocks`` ((first column, (m, b) scores), ascending): the
+    ``head`` best columns, the ``depth`` best at or below the row's ceiling (each best first,
+    ties to the smaller column) and how many score above the ceiling, in one pass with bounded
+    heaps (O(n) per row for small head and depth). Returns (head ids, head scores, below ids,
+    below scores, below count, above)."""
+    m = len(ceilings)
+    ceilings = np.asarray(ceilings, np.float64)
+    top = (np.empty((m, head), np.float32), np.empty((m, head), np.int64), np.zeros(m, np.int64))
+    low = (
+        np.full((m, depth), -np.inf, np.float32),
+        np.full((m, depth), -1, np.int64),
+        np.zeros(m, np.int64),
+    )
+    above = np.zeros(m, np.int64)
+    for first, scores in blocks:
+        _offer_block(scores, first, ceilings, *top, *low, above)
+    _sort_heaps(*top)
+    _sort_heaps(*low)
+    return top[1], top[0], low[1], low[0], low[2], above
 
 
 def scan_below(
@@ -209,28 +262,31 @@ def scan_below(
     head: int,
     depth: int,
     chunk_cells: int = 1 << 25,
+    query_chunk: int = 1024,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Exact scan: per query its top ``head`` vectors, and its top ``depth`` among those scoring
     at or below its ceiling, each with its rank in the full ranking (score desc, id asc).
 
     Listings above the ceiling beyond the head are stepped over, not returned: a query whose
     weakly matched positive puts thousands of listings above its margin gets its candidates from
-    below the margin without materialising the thousands. Works in chunks of about
-    ``chunk_cells`` scores (128 MB).
+    below the margin without materialising the thousands. Scores ``query_chunk`` queries at a
+    time against blocks of listings of about ``chunk_cells`` scores (128 MB): many queries per
+    pass over the listing vectors keep the matrix product compute-bound, not memory-bound.
 
     Returns:
         (query_row, id, score, rank) as flat arrays, and ``above`` (m,): listings per query
         scoring above its ceiling.
     """
+    vectors = np.ascontiguousarray(vectors, np.float32)
     n = len(vectors)
     head, depth = min(head, n), min(depth, n)
-    step = max(1, chunk_cells // max(n, 1))
     parts, above_all = [], []
-    for start in range(0, len(queries), step):
-        scores = np.ascontiguousarray(queries[start : start + step], np.float32) @ vectors.T
-        limits = np.asarray(ceilings[start : start + step], np.float64)
+    for start in range(0, len(queries), query_chunk):
+        chunk = np.ascontiguousarray(queries[start : start + query_chunk], np.float32)
+        block = max(1, chunk_cells // len(chunk))
+        scored = ((first, chunk @ vectors[first : first + block].T) for first in range(0, n, block))
         top, top_scores, below, below_scores, found, above = _select_rows(
-            scores, limits, head, depth
+            scored, ceilings[start : start + len(chunk)], head, depth
         )
         below_rank = above[:, None] + np.arange(1, depth + 1)
         # a below-ceiling listing ranked within the head is already there
@@ -239,7 +295,7 @@ def scan_below(
         got = np.concatenate([top_scores, below_scores], axis=1)
         ranks = np.concatenate([np.broadcast_to(np.arange(1, head + 1), top.shape), below_rank], 1)
         mask = np.concatenate([np.ones(top.shape, bool), keep_below], axis=1)
-        rows = np.arange(start, start + len(scores))[:, None]
+        rows = np.arange(start, start + len(chunk))[:, None]
         parts.append((np.broadcast_to(rows, ids.shape)[mask], ids[mask], got[mask], ranks[mask]))
         above_all.append(above)
     if not parts:
