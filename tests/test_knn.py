@@ -66,38 +66,81 @@ def test_ivf_build_is_deterministic_for_a_seed():
     np.testing.assert_array_equal(first[1], second[1])
 
 
+def layout_for(vectors: np.ndarray, cfg: KnnConfig, keys: np.ndarray, tmp_path) -> knn.IvfLayout:
+    """The layout of a fresh index over ``vectors``, written and read back."""
+    layout = knn.layout_of(build_index(vectors, cfg), keys)
+    assert set(layout.write(tmp_path).values()) == {knn.CENTROIDS_FILE, knn.LISTS_FILE}
+    stored = knn.IvfLayout.read(tmp_path)
+    for name in ("centroids", "keys", "lists"):
+        np.testing.assert_array_equal(getattr(stored, name), getattr(layout, name))
+    return stored
+
+
 def test_previous_centroids_serve_while_they_fit_and_are_trained_anew_when_they_do_not(tmp_path):
     vectors = unit_vectors(3000, seed=5)
     cfg = KnnConfig(exact_max=500)
+    keys = np.arange(3000, dtype=np.uint64) * 7919
     trained = build_index(vectors, cfg)
-    centroids = knn.centroids_of(trained)
-    assert centroids.shape == (knn.nlist_for(3000, cfg), 32)
-    knn.write_centroids(centroids, tmp_path / knn.CENTROIDS_FILE)
-    stored = knn.read_centroids(tmp_path / knn.CENTROIDS_FILE)
-    np.testing.assert_array_equal(stored, centroids)
-    assert knn.read_centroids(tmp_path / "absent.parquet") is None
+    stored = layout_for(vectors, cfg, keys, tmp_path)
+    assert stored.centroids.shape == (knn.nlist_for(3000, cfg), 32)
+    assert knn.IvfLayout.read(tmp_path / "absent") is None
     # The same centroids give the same index, without training.
-    rebuilt = build_index(vectors, cfg, centroids=stored)
-    np.testing.assert_array_equal(knn.centroids_of(rebuilt), centroids)
+    rebuilt = build_index(vectors, cfg, previous=stored)
+    np.testing.assert_array_equal(knn.centroids_of(rebuilt), stored.centroids)
+    assert knn.centroid_source(rebuilt, stored) == "reused"
+    assert knn.centroid_source(trained, None) == "trained"
     for a, b in zip(
         search(trained, vectors[:40], 5), search(rebuilt, vectors[:40], 5), strict=True
     ):
         np.testing.assert_array_equal(a, b)
     # A day's growth keeps them; a catalog four times larger (twice the lists) retrains.
     grown = unit_vectors(3300, seed=6)
-    assert knn.centroids_fit(stored, 3300, 32, cfg)
+    assert knn.centroids_fit(stored.centroids, 3300, 32, cfg)
     np.testing.assert_array_equal(
-        knn.centroids_of(build_index(grown, cfg, centroids=stored)), stored
+        knn.centroids_of(build_index(grown, cfg, previous=stored)), stored.centroids
     )
-    assert not knn.centroids_fit(stored, 12_000, 32, cfg)
-    assert len(knn.centroids_of(build_index(unit_vectors(12_000), cfg, centroids=stored))) == (
+    assert not knn.centroids_fit(stored.centroids, 12_000, 32, cfg)
+    assert len(knn.centroids_of(build_index(unit_vectors(12_000), cfg, previous=stored))) == (
         knn.nlist_for(12_000, cfg)
     )
     # Other dimensions, or a list count the config fixes, never take foreign centroids.
-    assert not knn.centroids_fit(stored, 3000, 64, cfg)
-    assert not knn.centroids_fit(stored, 3000, 32, KnnConfig(exact_max=500, nlist=100))
+    assert not knn.centroids_fit(stored.centroids, 3000, 64, cfg)
+    assert not knn.centroids_fit(stored.centroids, 3000, 32, KnnConfig(exact_max=500, nlist=100))
     assert not knn.centroids_fit(None, 3000, 32, cfg)
     assert knn.centroids_of(build_index(unit_vectors(100), cfg)) is None  # exact index
+    assert knn.layout_of(build_index(unit_vectors(100), cfg), keys[:100]) is None
+
+
+def test_known_texts_keep_their_previous_list_and_only_new_ones_are_assigned(tmp_path):
+    cfg = KnnConfig(exact_max=500)
+    vectors = unit_vectors(3000, seed=8)
+    keys = np.arange(3000, dtype=np.uint64) + 10**15
+    previous = layout_for(vectors, cfg, keys, tmp_path)
+    # Day 2: rows in another order, 200 texts gone, 150 new; one known text's stored list is
+    # moved, so a recomputed assignment would be caught.
+    moved = keys[500]
+    at = np.searchsorted(previous.keys, moved)
+    previous.lists[at] = (previous.lists[at] + 1) % len(previous.centroids)
+    new_vectors = unit_vectors(150, seed=9)
+    today = np.concatenate([vectors[200:][::-1], new_vectors])
+    today_keys = np.concatenate([keys[200:][::-1], np.arange(150, dtype=np.uint64)])
+    index = build_index(today, cfg, previous=previous, keys=today_keys)
+    layout = knn.layout_of(index, today_keys)
+    lists = layout.lists_of(today_keys)
+    np.testing.assert_array_equal(lists[:2800], previous.lists_of(today_keys[:2800]))
+    nearest = np.argmax(new_vectors @ previous.centroids.T, axis=1)
+    np.testing.assert_array_equal(lists[2800:], nearest)
+    assert layout.lists_of(moved[None])[0] == previous.lists_of(moved[None])[0]
+    assert (previous.lists_of(np.array([1, 2**63], np.uint64)) == -1).all()  # never indexed
+    # Searching finds the vectors wherever their lists are: each is its own nearest neighbour.
+    index.nprobe = index.nlist
+    assert (search(index, today, 1)[1][:, 0] == np.arange(len(today))).all()
+    # A build written before lists were stored gives centroids alone: all are assigned.
+    (tmp_path / knn.LISTS_FILE).unlink()
+    old = knn.IvfLayout.read(tmp_path)
+    assert len(old.keys) == 0 and (old.lists_of(today_keys) == -1).all()
+    rebuilt = knn.layout_of(build_index(today, cfg, previous=old, keys=today_keys), today_keys)
+    assert rebuilt.lists_of(moved[None])[0] != previous.lists_of(moved[None])[0]
 
 
 def brute_force_below(vectors, query, ceiling, head, depth):

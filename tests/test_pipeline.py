@@ -158,7 +158,7 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
         assert "different config" in result.details["incremental"]["why_not"]
 
 
-def test_day_two_builds_its_ivf_indexes_on_day_ones_centroids(
+def test_day_two_builds_its_ivf_indexes_on_day_ones_layout(
     tmp_path, product_ids, session_cache_dir
 ):
     from pairsieve import knn
@@ -170,8 +170,9 @@ def test_day_two_builds_its_ivf_indexes_on_day_ones_centroids(
     for position, stage in ((1, "cluster"), (2, "mine")):
         assert day1[position].details["ivf_centroids"] == "trained"
         assert day2[position].details["ivf_centroids"] == "reused"
-        first, second = (tmp_path / b / stage / knn.CENTROIDS_FILE for b in ("b1", "b2"))
-        assert io.sha256_file(first) == io.sha256_file(second)
+        for name in (knn.CENTROIDS_FILE, knn.LISTS_FILE):  # every title kept its list
+            first, second = (tmp_path / b / stage / name for b in ("b1", "b2"))
+            assert io.sha256_file(first) == io.sha256_file(second)
 
 
 def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:

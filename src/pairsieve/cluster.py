@@ -46,6 +46,7 @@ from pairsieve.forked import in_two_processes
 from pairsieve.stage import StageResult
 
 if TYPE_CHECKING:
+    from pairsieve import knn
     from pairsieve.embed import Encoder
 
 log = logging.getLogger(__name__)
@@ -192,15 +193,17 @@ def knn_pairs(
     cfg: PairsieveConfig,
     vectors: np.ndarray,
     rows: np.ndarray | None = None,
-    centroids: np.ndarray | None = None,
+    layout: knn.IvfLayout | None = None,
+    keys: np.ndarray | None = None,
 ) -> tuple[np.ndarray, Any]:
     """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
     (with ``rows``, only the neighbours of those nodes are searched), and the faiss index
-    searched: ``centroids`` from a previous build spare its IVF training."""
+    searched: a previous build's ``layout`` spares its IVF training and, for the titles with
+    ``keys`` it indexed, their assignment (`knn.build_index`)."""
     from pairsieve import knn
 
     rows = np.arange(len(vectors)) if rows is None else rows
-    index = knn.build_index(vectors, cfg.knn, cfg.seed, centroids)
+    index = knn.build_index(vectors, cfg.knn, cfg.seed, layout, keys)
     scores, ids = knn.search(index, vectors[rows], cfg.cluster.knn_k + 1)
     source = np.repeat(rows, ids.shape[1])
     keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
@@ -316,7 +319,7 @@ class Clustering:
 
     ``frame``: listings (sorted by id) with their node; ``nodes``: one row per node;
     ``scored``: every verified candidate node pair; ``node_labels``: (n_nodes,) cluster label;
-    ``centroids``: the kNN index's IVF centroids, kept for the next build (None when exact).
+    ``ivf``: the kNN index's `knn.IvfLayout`, kept for the next build (None when exact).
     """
 
     def __init__(  # noqa: PLR0913 - one field per computed part
@@ -326,14 +329,14 @@ class Clustering:
         scored: pl.DataFrame,
         node_labels: np.ndarray,
         details: dict,
-        centroids: np.ndarray | None = None,
+        ivf: knn.IvfLayout | None = None,
     ) -> None:
         self.frame = frame
         self.nodes = nodes
         self.scored = scored
         self.node_labels = node_labels
         self.details = details
-        self.centroids = centroids
+        self.ivf = ivf
 
     def listing_labels(self) -> np.ndarray:
         """(n_listings,) int64 cluster label per listing, in ``frame`` order."""
@@ -379,20 +382,23 @@ def _embedding_candidates(
     nodes: pl.DataFrame,
     encoder: Encoder | None,
     unsettled: np.ndarray | None,
-    centroids: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, dict]:
-    """kNN pairs touching an unsettled node (all when None), the node vectors, the index's IVF
-    centroids (``centroids`` reused while they fit), and what was embedded and trained."""
+    previous: knn.IvfLayout | None,
+) -> tuple[np.ndarray, np.ndarray, knn.IvfLayout | None, dict]:
+    """kNN pairs touching an unsettled node (all when None), the node vectors, the index's
+    `knn.IvfLayout` (built on ``previous`` while its centroids fit), and what was embedded and
+    trained."""
     from pairsieve import knn
+    from pairsieve.embed import text_keys
 
-    vectors, details = _embed(cfg, nodes[S.TITLE].to_list(), encoder)
+    titles = nodes[S.TITLE].to_list()
+    vectors, details = _embed(cfg, titles, encoder)
     rows = None if unsettled is None else np.flatnonzero(unsettled)
-    pairs, index = knn_pairs(cfg, vectors, rows, centroids)
-    used = knn.centroids_of(index)
-    source = knn.centroid_source(used, centroids)
-    if source is not None:
-        details["ivf_centroids"] = source
-    return touching(pairs, unsettled), vectors, used, details
+    keys = text_keys(titles) if len(titles) > cfg.knn.exact_max else None  # IVF only
+    pairs, index = knn_pairs(cfg, vectors, rows, previous, keys)
+    layout = None if keys is None else knn.layout_of(index, keys)
+    if layout is not None:
+        details["ivf_centroids"] = knn.centroid_source(index, previous)
+    return touching(pairs, unsettled), vectors, layout, details
 
 
 def cluster_listings(
@@ -434,10 +440,10 @@ def cluster_listings(
     found["minhash"] = touching(lsh, unsettled)
     del code, lsh
     timings["minhash_s"] = time.perf_counter() - started - sum(timings.values())
-    vectors = centroids = None
+    vectors = ivf = None
     if c.use_embeddings:
-        before = None if previous is None else previous.centroids
-        found["embedding"], vectors, centroids, embed_details = _embedding_candidates(
+        before = None if previous is None else previous.ivf
+        found["embedding"], vectors, ivf, embed_details = _embedding_candidates(
             cfg, nodes, encoder, unsettled, before
         )
         details.update(embed_details)
@@ -460,7 +466,7 @@ def cluster_listings(
         sorted(scored.drop_nulls(S.VETO_REASON)[S.VETO_REASON].value_counts().iter_rows())
     )
     details["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return Clustering(frame, nodes, scored, labels, details, centroids)
+    return Clustering(frame, nodes, scored, labels, details, ivf)
 
 
 def products_frame(result: Clustering) -> pl.DataFrame:
@@ -594,11 +600,8 @@ def run(
     out_dir.mkdir(parents=True, exist_ok=True)
     io.write_parquet(products, out_dir / S.PRODUCTS_FILE)
     outputs = {"products": S.PRODUCTS_FILE, "pairs": S.PAIRS_FILE}
-    if result.centroids is not None:
-        from pairsieve import knn
-
-        knn.write_centroids(result.centroids, out_dir / knn.CENTROIDS_FILE)
-        outputs["ivf_centroids"] = knn.CENTROIDS_FILE
+    if result.ivf is not None:
+        outputs.update(result.ivf.write(out_dir))
     found = result.details
     pairs = pairs_frame(result, consume=True)
     del result

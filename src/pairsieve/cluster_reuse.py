@@ -16,13 +16,15 @@ build's catalog); two settled nodes are never paired anew (a code block or LSH b
 shrank below `cluster.max_bucket` pairs only its unsettled members); and an old node gains a new
 node as embedding neighbour only when the new node finds the old one among its own nearest
 neighbours. Above `knn.exact_max` titles the kNN index is IVF: it is built on the previous
-build's centroids while they fit (`knn.centroids_fit`), sparing their training.
+build's centroids while they fit (`knn.centroids_fit`), sparing their training, and each
+unchanged title goes to the list it went to then (`knn.IvfLayout`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -31,6 +33,9 @@ from pairsieve import schemas as S
 from pairsieve import text
 from pairsieve.cluster_verify import INFORMATIVE
 from pairsieve.stage import load_result
+
+if TYPE_CHECKING:
+    from pairsieve import knn
 
 _NODE = "_node"
 # pairs.parquet columns a reused pair needs; written by this version of the cluster stage.
@@ -60,7 +65,7 @@ class PreviousClustering:
 
     listings: pl.DataFrame  # listing_id, title, brand (when the catalog has one)
     pairs: pl.DataFrame  # PAIR_COLUMNS
-    centroids: np.ndarray | None = None  # its kNN index's IVF centroids, if it had one
+    ivf: knn.IvfLayout | None = None  # its kNN index's IVF layout, if it had one
 
     @staticmethod
     def load(previous: Path, config_hash: str) -> PreviousClustering | str:
@@ -82,7 +87,7 @@ class PreviousClustering:
         return PreviousClustering(
             pl.read_parquet(listings_path, columns=columns),
             pl.read_parquet(pairs_path, columns=list(PAIR_COLUMNS)),
-            knn.read_centroids(previous / "cluster" / knn.CENTROIDS_FILE),
+            knn.IvfLayout.read(previous / "cluster"),
         )
 
     def settled(self, frame: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:

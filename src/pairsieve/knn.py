@@ -2,14 +2,17 @@
 
 Exact `IndexFlatIP` up to `KnnConfig.exact_max` vectors; above it an IVF index whose recall
 against exact search is measured in `benchmarks/`. Training the IVF index's coarse centroids
-(k-means over a sample) is its fixed cost, minutes at 10^6 vectors, so a day-2 build takes the
-previous build's centroids (`CENTROIDS_FILE`) while they still fit the index's size.
+(k-means over a sample) is its fixed cost, minutes at 10^6 vectors, and putting each vector in
+its list scores it against every centroid (~25 s at 10^6 vectors and 4,000 lists). So a day-2
+build takes the previous build's `IvfLayout`: its centroids while they still fit the index's
+size, and the list of every text it indexed, so only new texts are assigned.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import faiss
@@ -21,7 +24,10 @@ from pairsieve import io
 from pairsieve.config import KnnConfig
 
 CENTROIDS_FILE = "ivf_centroids.parquet"  # a stage's IVF centroids, for the next build
+LISTS_FILE = "ivf_lists.parquet"  # and the list each text's vector went to
 _CENTROID = "centroid"
+_KEY, _LIST = "text_key", "list"
+_QUERY_CHUNK = 1024  # queries scored per pass over the listing vectors (`scan_below`)
 _REFIT_RATIO = 1.25  # retrain when the size calls for this many times more (or fewer) lists
 
 
@@ -30,32 +36,101 @@ def nlist_for(n: int, cfg: KnnConfig) -> int:
     return cfg.nlist or max(1, int(4 * math.sqrt(n)))
 
 
+@dataclass(frozen=True)
+class IvfLayout:
+    """Where an IVF index put its vectors: the coarse ``centroids`` (nlist, d) and, for each text
+    it indexed (by `embed.text_keys`, sorted and distinct), the list its vector went to."""
+
+    centroids: np.ndarray
+    keys: np.ndarray  # (n,) uint64, sorted
+    lists: np.ndarray  # (n,) int64
+
+    def lists_of(self, keys: np.ndarray) -> np.ndarray:
+        """(m,) the list of each of ``keys`` (uint64), -1 for a text this index never saw."""
+        if not len(self.keys):
+            return np.full(len(keys), -1, np.int64)
+        at = np.searchsorted(self.keys, keys).clip(max=len(self.keys) - 1)
+        return np.where(self.keys[at] == keys, self.lists[at], -1)
+
+    def write(self, folder: Path) -> dict[str, str]:
+        """Store the layout in ``folder``; returns the stage outputs it adds."""
+        write_centroids(self.centroids, folder / CENTROIDS_FILE)
+        io.write_parquet(
+            pl.DataFrame({_KEY: self.keys, _LIST: self.lists.astype(np.int32)}),
+            folder / LISTS_FILE,
+        )
+        return {"ivf_centroids": CENTROIDS_FILE, "ivf_lists": LISTS_FILE}
+
+    @staticmethod
+    def read(folder: Path) -> IvfLayout | None:
+        """The layout `write` stored, None without centroids; a build written before lists were
+        stored gives centroids alone (every vector is then assigned)."""
+        centroids = read_centroids(folder / CENTROIDS_FILE)
+        if centroids is None:
+            return None
+        keys, lists = np.empty(0, np.uint64), np.empty(0, np.int64)
+        if (folder / LISTS_FILE).exists():
+            stored = pl.read_parquet(folder / LISTS_FILE)
+            keys, lists = stored[_KEY].to_numpy(), stored[_LIST].to_numpy().astype(np.int64)
+        return IvfLayout(centroids, keys, lists)
+
+
 def build_index(
-    vectors: np.ndarray, cfg: KnnConfig, seed: int = 13, centroids: np.ndarray | None = None
+    vectors: np.ndarray,
+    cfg: KnnConfig,
+    seed: int = 13,
+    previous: IvfLayout | None = None,
+    keys: np.ndarray | None = None,
 ) -> faiss.Index:
     """Index (n, d) float32 unit vectors: exact when small, IVF-flat when large.
 
-    The IVF index's centroids are trained on a seeded sample, or taken from ``centroids``
-    (nlist, d) when `centroids_fit` them to this index (no training).
+    The IVF index's centroids are trained on a seeded sample, or taken from ``previous`` when
+    they fit this index (`centroids_fit`, no training); then each vector whose text key (in
+    ``keys``, (n,) uint64) ``previous`` indexed goes to the list it went to there, and only the
+    others are scored against the centroids.
     """
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     n, dim = vectors.shape
     if n <= cfg.exact_max:
         index = faiss.IndexFlatIP(dim)
+        index.add(vectors)
+        return index
+    quantizer = faiss.IndexFlatIP(dim)
+    known = np.full(n, -1, np.int64)
+    if previous is not None and centroids_fit(previous.centroids, n, dim, cfg):
+        centroids = np.ascontiguousarray(previous.centroids, dtype=np.float32)
+        quantizer.add(centroids)
+        index = faiss.IndexIVFFlat(quantizer, dim, len(centroids), faiss.METRIC_INNER_PRODUCT)
+        if keys is not None:
+            known = previous.lists_of(keys)
     else:
-        quantizer = faiss.IndexFlatIP(dim)
-        if centroids_fit(centroids, n, dim, cfg):
-            quantizer.add(np.ascontiguousarray(centroids, dtype=np.float32))
-            index = faiss.IndexIVFFlat(quantizer, dim, len(centroids), faiss.METRIC_INNER_PRODUCT)
-        else:
-            nlist = nlist_for(n, cfg)
-            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
-            sample = np.random.default_rng(seed).choice(n, min(n, nlist * 64), replace=False)
-            index.cp.seed = seed
-            index.train(vectors[np.sort(sample)])
-        index.nprobe = cfg.nprobe
-    index.add(vectors)
+        nlist = nlist_for(n, cfg)
+        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        sample = np.random.default_rng(seed).choice(n, min(n, nlist * 64), replace=False)
+        index.cp.seed = seed
+        index.train(vectors[np.sort(sample)])
+    index.nprobe = cfg.nprobe
+    new = np.flatnonzero(known < 0)
+    if len(new):
+        known[new] = quantizer.assign(vectors[new], 1).ravel()
+    index.add_core(n, faiss.swig_ptr(vectors), None, faiss.swig_ptr(known))
     return index
+
+
+def layout_of(index: faiss.Index, keys: np.ndarray) -> IvfLayout | None:
+    """The `IvfLayout` of an IVF index whose vectors are the texts with ``keys`` (n,) uint64 (in
+    index order); None for an exact index."""
+    centroids = centroids_of(index)
+    if centroids is None:
+        return None
+    lists = np.empty(index.ntotal, np.int64)
+    inverted = index.invlists
+    for number in range(index.nlist):
+        size = inverted.list_size(number)
+        if size:
+            lists[faiss.rev_swig_ptr(inverted.get_ids(number), size)] = number
+    distinct, first = np.unique(np.asarray(keys, np.uint64), return_index=True)
+    return IvfLayout(centroids, distinct, lists[first])
 
 
 def centroids_fit(centroids: np.ndarray | None, n: int, dim: int, cfg: KnnConfig) -> bool:
@@ -78,11 +153,13 @@ def centroids_of(index: faiss.Index) -> np.ndarray | None:
     return quantizer.reconstruct_n(0, quantizer.ntotal)
 
 
-def centroid_source(used: np.ndarray | None, given: np.ndarray | None) -> str | None:
-    """How an index got the IVF centroids it ``used`` (`centroids_of`): "reused" (built on
-    ``given``), "trained", or None for an exact index."""
+def centroid_source(index: faiss.Index, previous: IvfLayout | None) -> str | None:
+    """How ``index`` got its IVF centroids: "reused" (from ``previous``), "trained", or None for
+    an exact index."""
+    used = centroids_of(index)
     if used is None:
         return None
+    given = None if previous is None else previous.centroids
     return "reused" if given is not None and np.array_equal(used, given) else "trained"
 
 
@@ -175,7 +252,7 @@ def _bar(heap_scores: np.ndarray, size: int, capacity: int) -> float:
 
 
 @njit(cache=True, parallel=True)
-def _offer_block(
+def _offer_block(  # noqa: PLR0913 - a numba kernel: heaps travel as arrays (see docstring)
     scores: np.ndarray,
     first: int,
     ceilings: np.ndarray,
@@ -262,14 +339,13 @@ def scan_below(
     head: int,
     depth: int,
     chunk_cells: int = 1 << 25,
-    query_chunk: int = 1024,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Exact scan: per query its top ``head`` vectors, and its top ``depth`` among those scoring
     at or below its ceiling, each with its rank in the full ranking (score desc, id asc).
 
     Listings above the ceiling beyond the head are stepped over, not returned: a query whose
     weakly matched positive puts thousands of listings above its margin gets its candidates from
-    below the margin without materialising the thousands. Scores ``query_chunk`` queries at a
+    below the margin without materialising the thousands. Scores `_QUERY_CHUNK` queries at a
     time against blocks of listings of about ``chunk_cells`` scores (128 MB): many queries per
     pass over the listing vectors keep the matrix product compute-bound, not memory-bound.
 
@@ -281,8 +357,8 @@ def scan_below(
     n = len(vectors)
     head, depth = min(head, n), min(depth, n)
     parts, above_all = [], []
-    for start in range(0, len(queries), query_chunk):
-        chunk = np.ascontiguousarray(queries[start : start + query_chunk], np.float32)
+    for start in range(0, len(queries), _QUERY_CHUNK):
+        chunk = np.ascontiguousarray(queries[start : start + _QUERY_CHUNK], np.float32)
         block = max(1, chunk_cells // len(chunk))
         scored = ((first, chunk @ vectors[first : first + block].T) for first in range(0, n, block))
         top, top_scores, below, below_scores, found, above = _select_rows(

@@ -43,7 +43,14 @@ import polars as pl
 from pairsieve import io, knn, text
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
-from pairsieve.embed import EmbeddingCache, Encoder, embed_texts, load_encoder, shared_cache
+from pairsieve.embed import (
+    EmbeddingCache,
+    Encoder,
+    embed_texts,
+    load_encoder,
+    shared_cache,
+    text_keys,
+)
 from pairsieve.errors import PairsieveError
 from pairsieve.mine_filter import REASONS, filter_candidates, score_ceilings, with_ranks
 from pairsieve.mine_reuse import PreviousMining, ReusePlan
@@ -55,13 +62,15 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Embedded:
     """Distinct query texts and listings (both sorted, so row order of the inputs is irrelevant)
-    with their unit vectors: ``query_vectors`` (q, d) and ``listing_vectors`` (n, d) float32."""
+    with their unit vectors: ``query_vectors`` (q, d) and ``listing_vectors`` (n, d) float32;
+    ``listing_keys`` (n,) are the titles' `embed.text_keys`, which file them in an IVF layout."""
 
     queries: list[str]
     listing_ids: list[str]
     query_vectors: np.ndarray
     listing_vectors: np.ndarray
     stats: dict[str, Any] = field(default_factory=dict)
+    listing_keys: np.ndarray | None = None
 
     def without(self, queries: pl.Series) -> Embedded:
         """The same listings and stats, ``queries`` left out."""
@@ -70,7 +79,12 @@ class Embedded:
         keep = ~pl.Series(self.queries, dtype=pl.String).is_in(queries.implode()).to_numpy()
         names = [q for q, kept in zip(self.queries, keep, strict=True) if kept]
         return Embedded(
-            names, self.listing_ids, self.query_vectors[keep], self.listing_vectors, self.stats
+            names,
+            self.listing_ids,
+            self.query_vectors[keep],
+            self.listing_vectors,
+            self.stats,
+            self.listing_keys,
         )
 
 
@@ -97,14 +111,20 @@ def embed_inputs(
     queries = sorted(set(queries))
     listings = listings.select(S.LISTING_ID, S.TITLE).unique(S.LISTING_ID).sort(S.LISTING_ID)
     query_vectors, query_stats = embed_texts(queries, encoder, cache)
-    listing_vectors, listing_stats = embed_texts(listings[S.TITLE].to_list(), encoder, cache)
+    titles = listings[S.TITLE].to_list()
+    listing_vectors, listing_stats = embed_texts(titles, encoder, cache)
     stats = {
         "queries": vars(query_stats),
         "listings": vars(listing_stats),
         "embed_s": round(query_stats.seconds + listing_stats.seconds, 3),
     }
     return Embedded(
-        queries, listings[S.LISTING_ID].to_list(), query_vectors, listing_vectors, stats
+        queries,
+        listings[S.LISTING_ID].to_list(),
+        query_vectors,
+        listing_vectors,
+        stats,
+        text_keys(titles),
     )
 
 
@@ -152,18 +172,21 @@ class Retrieval:
 
 
 def build_retrieval(
-    embedded: Embedded, cfg: PairsieveConfig, centroids: np.ndarray | None = None
+    embedded: Embedded, cfg: PairsieveConfig, layout: knn.IvfLayout | None = None
 ) -> Retrieval:
-    """Exact `IndexFlatIP` up to ``knn.exact_max`` listings, IVF above (see `pairsieve.knn`;
-    ``centroids`` from a previous build spare the IVF training while they fit)."""
+    """Exact `IndexFlatIP` up to ``knn.exact_max`` listings, IVF above (see `pairsieve.knn`; a
+    previous build's ``layout`` spares the IVF training while its centroids fit, and the
+    assignment of the titles it indexed)."""
     started = time.perf_counter()
-    index = knn.build_index(embedded.listing_vectors, cfg.knn, cfg.seed, centroids)
+    index = knn.build_index(
+        embedded.listing_vectors, cfg.knn, cfg.seed, layout, embedded.listing_keys
+    )
     info = {
         "index": type(index).__name__,
         "index_s": time.perf_counter() - started,
         "search_s": 0.0,
     }
-    info["ivf_centroids"] = knn.centroid_source(knn.centroids_of(index), centroids)
+    info["ivf_centroids"] = knn.centroid_source(index, layout)
     return Retrieval(
         index,
         embedded.queries,
@@ -405,7 +428,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
         refiltered = refilter(state, plan.refiltered, positives, info, cfg)
     settled = none if refiltered is None else refiltered.queries
     retrieval = build_retrieval(
-        embedded.without(settled), cfg, None if previous is None else state.centroids
+        embedded.without(settled), cfg, None if previous is None else state.ivf
     )
     to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
     mined = mine_pairs(retrieval, to_mine, info, cfg.mine, cfg.seed)
@@ -422,10 +445,13 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     io.write_parquet(kept, out_dir / S.NEGATIVES_FILE)
     io.write_parquet(dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
     outputs = {"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE}
-    centroids = knn.centroids_of(retrieval.index)
-    if centroids is not None:
-        knn.write_centroids(centroids, out_dir / knn.CENTROIDS_FILE)
-        outputs["ivf_centroids"] = knn.CENTROIDS_FILE
+    layout = (
+        None
+        if embedded.listing_keys is None
+        else knn.layout_of(retrieval.index, embedded.listing_keys)
+    )
+    if layout is not None:
+        outputs.update(layout.write(out_dir))
     clicked = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
     summary = summarise(counts, clicked, kept, dropped, cfg.mine)
     summary["skipped_above_ceiling"] = mined.skipped_above_ceiling

@@ -27,12 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.stage import load_result
+
+if TYPE_CHECKING:
+    from pairsieve import knn
 
 _ID = S.LISTING_ID
 
@@ -45,7 +48,7 @@ class PreviousMining:
     dropped: pl.DataFrame
     pairs: pl.DataFrame  # query, listing_id
     listings: pl.DataFrame  # listing_id, title, product_id
-    centroids: np.ndarray | None = None  # its index's IVF centroids, if it had one
+    ivf: knn.IvfLayout | None = None  # its index's IVF layout, if it had one
 
     @staticmethod
     def load(previous: Path, config_hash: str) -> PreviousMining | str:
@@ -74,7 +77,7 @@ class PreviousMining:
                 pl.read_parquet(files["listings"], columns=[_ID, S.TITLE]),
                 pl.read_parquet(files["products"], columns=[_ID, S.PRODUCT_ID]),
             ),
-            knn.read_centroids(previous / "mine" / knn.CENTROIDS_FILE),
+            knn.IvfLayout.read(previous / "mine"),
         )
 
     def plan(
