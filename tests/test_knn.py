@@ -192,3 +192,16 @@ def test_one_pass_selection_over_column_blocks_equals_full_sorts_with_and_withou
                 assert found[r] == len(under) and below[r, : found[r]].tolist() == under
                 assert np.array_equal(below_scores[r, : found[r]], scores[r, under])
                 assert above[r] == (scores[r] > ceilings[r]).sum()
+
+
+def test_pair_scores_in_chunks_equal_one_gather_bit_for_bit():
+    left, right = unit_vectors(500, seed=12), unit_vectors(300, seed=13)
+    rng = np.random.default_rng(14)
+    a, b = rng.integers(0, 500, 40_000), rng.integers(0, 300, 40_000)  # > 2 chunks
+    got = knn.pair_scores(left, a, right, b)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.einsum("ij,ij->i", left[a], right[b]))
+    np.testing.assert_allclose(
+        got[:50], [left[i] @ right[j] for i, j in zip(a[:50], b[:50])], atol=1e-6
+    )
+    assert knn.pair_scores(left, a[:0], right, b[:0]).shape == (0,)

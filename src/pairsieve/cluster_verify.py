@@ -227,7 +227,11 @@ def verify(
     informative = nodes[INFORMATIVE].to_numpy()
     brand_ids = _intern(nodes[S.BRAND].to_list())
     has_brand = (nodes[S.BRAND].str.len_bytes() > 0).fill_null(False).to_numpy()
-    cosine = _pair_cosines(vectors, a, b) if vectors is not None else None
+    cosine = None
+    if vectors is not None:
+        from pairsieve.knn import pair_scores  # faiss, only where embeddings are used
+
+        cosine = pair_scores(vectors, a, vectors, b).clip(-1, 1)
     columns = _AttributeColumns(attrs)
     jac = columns.jaccard(a, b)
     low = ~(informative[a] & informative[b])
@@ -263,16 +267,6 @@ def verify(
         pl.Series(S.ACCEPTED, ~vetoed & (shared | similar)),
         reasons,
     )
-
-
-def _pair_cosines(vectors: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(m,) cosine of each (a, b) node pair, in chunks: gathering both sides at once would copy
-    two (m, d) arrays (~1 GB each for PriceRunner's 0.7 M candidate pairs)."""
-    out = np.empty(len(a), dtype=vectors.dtype)
-    for start in range(0, len(a), _PAIR_CHUNK):
-        end = start + _PAIR_CHUNK
-        out[start:end] = np.einsum("ij,ij->i", vectors[a[start:end]], vectors[b[start:end]])
-    return out.clip(-1, 1)
 
 
 def uses_learned_verifier(cfg: ClusterConfig) -> bool:

@@ -28,6 +28,7 @@ LISTS_FILE = "ivf_lists.parquet"  # and the list each text's vector went to
 _CENTROID = "centroid"
 _KEY, _LIST = "text_key", "list"
 _QUERY_CHUNK = 1024  # queries scored per pass over the listing vectors (`scan_below`)
+_GATHER_CHUNK = 1 << 14  # pairs per gather in `pair_scores`: 25 MB a side at d = 384
 _REFIT_RATIO = 1.25  # retrain when the size calls for this many times more (or fewer) lists
 
 
@@ -173,6 +174,17 @@ def read_centroids(path: Path) -> np.ndarray | None:
     if not path.exists():
         return None
     return pl.read_parquet(path)[_CENTROID].to_numpy().astype(np.float32, copy=False)
+
+
+def pair_scores(left: np.ndarray, a: np.ndarray, right: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(m,) float32 inner products left[a[i]] . right[b[i]], gathered a few thousand pairs at a
+    time: gathering a million rows at once writes GBs of fresh pages, 8x slower than the
+    arithmetic (14 s vs 1.8 s for 1.3 M pairs of 384-d vectors)."""
+    out = np.empty(len(a), dtype=np.float32)
+    for start in range(0, len(a), _GATHER_CHUNK):
+        end = start + _GATHER_CHUNK
+        out[start:end] = np.einsum("ij,ij->i", left[a[start:end]], right[b[start:end]])
+    return out
 
 
 def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

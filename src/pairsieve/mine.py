@@ -225,12 +225,16 @@ def positive_table(pairs: pl.DataFrame, embedded: Embedded) -> pl.DataFrame:
         .join(query_pos, on=S.QUERY)
         .join(listing_pos, on=S.LISTING_ID)
     )
-    q = embedded.query_vectors[joined["_q"].to_numpy()]  # (p, d) float32
-    v = embedded.listing_vectors[joined["_l"].to_numpy()]  # (p, d) float32
+    scores = knn.pair_scores(
+        embedded.query_vectors,
+        joined["_q"].to_numpy(),
+        embedded.listing_vectors,
+        joined["_l"].to_numpy(),
+    )
     return joined.select(
         S.QUERY,
         pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID),
-        pl.Series(S.POSITIVE_SCORE, np.einsum("ij,ij->i", q, v), dtype=pl.Float32),
+        pl.Series(S.POSITIVE_SCORE, scores, dtype=pl.Float32),
     )
 
 
