@@ -202,6 +202,6 @@ def test_pair_scores_in_chunks_equal_one_gather_bit_for_bit():
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, np.einsum("ij,ij->i", left[a], right[b]))
     np.testing.assert_allclose(
-        got[:50], [left[i] @ right[j] for i, j in zip(a[:50], b[:50])], atol=1e-6
+        got[:50], [left[i] @ right[j] for i, j in zip(a[:50], b[:50], strict=True)], atol=1e-6
     )
     assert knn.pair_scores(left, a[:0], right, b[:0]).shape == (0,)

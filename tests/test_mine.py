@@ -322,7 +322,10 @@ def test_queries_left_short_by_the_margin_are_mined_again_below_the_margin_alone
         {"depth": 3, "queries": 2, "short": 1},
         {"depth": 12, "queries": 1, "short": 0},
     ]
-    q1 = mined.candidates.filter(pl.col(S.QUERY) == "q1").sort(S.RANK)
+    rows = pl.concat(
+        [t.select(S.QUERY, S.NEGATIVE_LISTING_ID, S.RANK) for t in (mined.kept, mined.dropped)]
+    )
+    q1 = rows.filter(pl.col(S.QUERY) == "q1").unique().sort(S.RANK)
     # the head (h1-h3) is listed; h4 and p, above the limit 0.57, are stepped over and counted
     assert q1[S.NEGATIVE_LISTING_ID].to_list() == ["h1", "h2", "h3", "n1", "n2", "n3", "n4", "m"]
     assert q1[S.RANK].to_list() == [1, 2, 3, 6, 7, 8, 9, 10]
@@ -336,14 +339,23 @@ def test_queries_left_short_by_the_margin_are_mined_again_below_the_margin_alone
     assert alone.kept.equals(mined.kept.filter(pl.col(S.QUERY) == "q1"))
 
 
+def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch):
+    retrieval, positives, cfg = deepening_case()
+    whole = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
+    monkeypatch.setattr(mine, "_QUERY_BATCH", 1)  # q1 deepens, q2 does not: rounds add up
+    batched = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
+    assert batched.kept.equals(whole.kept) and batched.dropped.equals(whole.dropped)
+    assert batched.counts.sort(S.QUERY).equals(whole.counts.sort(S.QUERY))
+    assert batched.rounds == whole.rounds and len(whole.rounds) == 2
+    assert batched.skipped_above_ceiling == whole.skipped_above_ceiling == 2
+
+
 def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
     retrieval, positives, cfg = deepening_case(**{"mine.range_max": 3})
     mined = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
     assert mined.rounds == [{"depth": 3, "queries": 2, "short": 1}]
     assert kept_ids(mined.kept, "q1") == []
-    summary = mine.summarise(
-        mine.candidate_counts(mined.candidates), positives, mined.kept, mined.dropped, cfg.mine
-    )
+    summary = mine.summarise(mined.counts, positives, mined.kept, mined.dropped, cfg.mine)
     assert summary["pairs_without_negatives"] == 1 and mined.skipped_above_ceiling == 0
     assert summary["considered"] == 6 == mined.kept.height + mined.dropped.height
 

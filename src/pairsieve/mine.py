@@ -240,12 +240,13 @@ def positive_table(pairs: pl.DataFrame, embedded: Embedded) -> pl.DataFrame:
 
 @dataclass(frozen=True)
 class Mined:
-    """What `mine_pairs` found: every query's final candidates, the split of (pair, candidate)
-    rows into kept and dropped (see `filter_candidates`), one entry per retrieval round, and the
-    listings deeper rounds stepped over because they score above the margin (summed over pairs;
-    they are counted, not listed)."""
+    """What `mine_pairs` found: how many listings each query retrieved (`candidate_counts`),
+    the split of (pair, candidate) rows into kept and dropped (see `filter_candidates`), each
+    sorted by (query, positive, rank), one entry per retrieval round, and the listings deeper
+    rounds stepped over because they score above the margin (summed over pairs; they are
+    counted, not listed)."""
 
-    candidates: pl.DataFrame
+    counts: pl.DataFrame
     kept: pl.DataFrame
     dropped: pl.DataFrame
     rounds: list[dict[str, int]]
@@ -253,6 +254,9 @@ class Mined:
 
 
 _DEEPEN = 4  # each round looks this many times deeper for the queries still short
+# Queries mined together: their candidate tables (~250 rows per pair at 10^6 listings) and the
+# filter's joins stay a few GB instead of growing with the log (22 GB at 190k queries at once).
+_QUERY_BATCH = 16_384
 
 
 def _short_queries(positives: pl.DataFrame, kept: pl.DataFrame, num_negatives: int) -> pl.Series:
@@ -280,11 +284,49 @@ def mine_pairs(
     them each round, until no pair is short or rank ``range_max`` is reached. A query is short
     mostly because its weakly matched positive puts hundreds of listings inside the margin
     (PriceRunner's derived log: half the queries have 188+); stepping over them keeps the
-    candidate table small. Each query's result depends on its own pairs only.
+    candidate table small. Each query's result depends on its own pairs only, so the queries
+    (sorted) are mined in batches of `_QUERY_BATCH` and the batches' sorted rows concatenate
+    into sorted tables.
     """
+    n = len(retrieval.queries)
+    batches = [
+        _mine_batch(
+            retrieval,
+            np.arange(start, min(start + _QUERY_BATCH, n)),
+            positives,
+            products,
+            cfg,
+            seed,
+        )
+        for start in range(0, n, _QUERY_BATCH)
+    ] or [_mine_batch(retrieval, np.arange(0), positives, products, cfg, seed)]
+    rounds: list[dict[str, int]] = []
+    for batch in batches:
+        for number, entry in enumerate(batch.rounds):
+            if number == len(rounds):
+                rounds.append({**entry, "queries": 0, "short": 0})
+            rounds[number]["queries"] += entry["queries"]
+            rounds[number]["short"] += entry["short"]
+    return Mined(
+        pl.concat([b.counts for b in batches]),
+        pl.concat([b.kept for b in batches]),
+        pl.concat([b.dropped for b in batches]),
+        rounds,
+        sum(b.skipped_above_ceiling for b in batches),
+    )
+
+
+def _mine_batch(
+    retrieval: Retrieval,
+    rows: np.ndarray,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: MineConfig,
+    seed: int,
+) -> Mined:
+    """`mine_pairs` for the queries at ``rows`` (indices into ``retrieval.queries``)."""
     deepest = min(cfg.range_max, len(retrieval.listing_ids))
     head = depth = min(cfg.search_depth, deepest)
-    rows = np.arange(len(retrieval.queries))
     candidates = retrieval.candidates(rows, head)
     above = np.zeros(rows.size, np.int64)
     parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
@@ -298,7 +340,9 @@ def mine_pairs(
         deeper = names.is_in(short.implode()).to_numpy() & (above + depth < deepest)
         finished = names.filter(pl.Series(~deeper))
         done = pl.col(S.QUERY).is_in(finished.implode())
-        parts.append((candidates.filter(done), kept.filter(done), dropped.filter(done)))
+        parts.append(
+            (candidate_counts(candidates.filter(done)), kept.filter(done), dropped.filter(done))
+        )
         steps = np.clip(np.minimum(above, deepest) - head, 0, None)[~deeper]
         skipped.append(pl.DataFrame({S.QUERY: finished, "_skipped": steps}))
         if not deeper.any():
@@ -436,7 +480,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     )
     to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
     mined = mine_pairs(retrieval, to_mine, info, cfg.mine, cfg.seed)
-    counts, kept, dropped = candidate_counts(mined.candidates), mined.kept, mined.dropped
+    counts, kept, dropped = mined.counts, mined.kept, mined.dropped
     if refiltered is not None:  # both sorted by (query, positive, rank), no query in both
         counts = pl.concat([counts, refiltered.counts])
         kept = kept.merge_sorted(refiltered.kept, key=S.QUERY)

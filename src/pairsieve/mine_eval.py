@@ -181,7 +181,7 @@ def evaluate(
             "margin": use_margin,
             **variant_metrics(mined.kept, positives, maps["truth"], cfg.mine.num_negatives),
             "dropped_by_reason": mine.summarise(
-                mine.candidate_counts(mined.candidates),
+                mined.counts,
                 positives,
                 mined.kept,
                 mined.dropped,
