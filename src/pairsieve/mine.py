@@ -493,11 +493,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     io.write_parquet(kept, out_dir / S.NEGATIVES_FILE)
     io.write_parquet(dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
     outputs = {"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE}
-    layout = (
-        None
-        if embedded.listing_keys is None
-        else knn.layout_of(retrieval.index, embedded.listing_keys)
-    )
+    layout = knn.layout_of(retrieval.index, embedded.listing_keys)  # embed_inputs sets the keys
     if layout is not None:
         outputs.update(layout.write(out_dir))
     clicked = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
