@@ -208,7 +208,8 @@ def _check_nothing_to_mine(cfg, build: Path) -> None:
 def _check_refilter(cfg, build: Path) -> None:
     """Over an unchanged catalog, a query that only gained a click scoring at or above its
     weakest one is filtered again from its previous candidates, one whose new click scores
-    lower is mined, and the whole output equals a full mine of the same clicks."""
+    lower is mined unless its previous search was exhausted, and the whole output equals a full
+    mine of the same clicks."""
     from pairsieve import mine
     from pairsieve.mine_reuse import PreviousMining
 
@@ -235,14 +236,87 @@ def _check_refilter(cfg, build: Path) -> None:
     never = cfg.with_(**{"mine.refresh_builds": 10_000})
     result = mine.run(never, clicks, *files, build / "refilter", previous=(state, 1))
     incremental = result.details["incremental"]
-    assert incremental["queries_mined"] >= moved.height
-    assert 1 <= incremental["queries_refiltered"] <= steady.height
+    exhausted = state.exhausted(moved[S.QUERY], cfg.mine.num_negatives)
+    assert incremental["queries_mined"] >= moved.height - exhausted.len()
+    assert incremental["queries_refiltered"] >= 1
+    assert incremental["queries_refiltered"] + incremental["queries_mined"] == new.height
     mine.run(never, clicks, *files, build / "refilter-full")
-    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
-        assert _same_rows(
-            pl.read_parquet(build / "refilter" / name),
-            pl.read_parquet(build / "refilter-full" / name),
+    _check_same_mining(build / "refilter", build / "refilter-full")
+
+
+def _check_same_mining(incremental: Path, full: Path, queries: pl.Series | None = None) -> None:
+    """Both mine outputs hold the same kept rows, and the same dropped rows (of ``queries``
+    only, if given: a reused query's dropped rows keep the reasons they were dropped for)."""
+    kept, dropped = S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE
+    assert _same_rows(pl.read_parquet(incremental / kept), pl.read_parquet(full / kept))
+    chosen = pl.lit(True) if queries is None else pl.col(S.QUERY).is_in(queries.implode())
+    assert _same_rows(
+        pl.read_parquet(incremental / dropped).filter(chosen),
+        pl.read_parquet(full / dropped).filter(chosen),
+    )
+
+
+def _check_refilter_regrouped(cfg, build: Path) -> None:
+    """Over an unchanged catalog with the products of some queries' positives and kept
+    negatives merged, and one query clicking a listing far below its weakest click (its
+    ceiling drops), those queries are filtered again from their previous candidates, and the
+    whole output equals a full mine. With few negatives per pair no query of the sample is
+    short: a regrouped query settles unless the merge leaves it short, the lowered one is
+    mined. With many, every query ended short, so its search was exhausted: a merge only takes
+    negatives away and a lower ceiling only fewer candidates, so every one of them settles."""
+    from pairsieve import mine
+    from pairsieve.mine_reuse import PreviousMining, titles_and_products
+
+    listings_file = build / "ingest" / S.LISTINGS_FILE
+    products = pl.read_parquet(build / "cluster" / S.PRODUCTS_FILE)
+    product_of = dict(products.select(S.LISTING_ID, S.PRODUCT_ID).iter_rows())
+    pairs = pl.read_parquet(build / "ingest" / S.CLICKS_FILE, columns=[S.QUERY, S.LISTING_ID])
+    pairs = pairs.unique()
+    for negatives, exhausted in ((cfg.mine.num_negatives, 0), (200, pairs[S.QUERY].n_unique())):
+        day = cfg.with_(**{"mine.num_negatives": negatives, "mine.refresh_builds": 10_000})
+        folder = build / f"regrouped-{negatives}"
+        mine.run(day, pairs, listings_file, products, folder / "before")
+        state = PreviousMining(
+            pl.read_parquet(folder / "before" / S.NEGATIVES_FILE),
+            pl.read_parquet(folder / "before" / S.NEGATIVES_DROPPED_FILE),
+            pairs,
+            titles_and_products(pl.read_parquet(listings_file), products),
         )
+        assert state.exhausted(pairs[S.QUERY].unique(), negatives).len() == exhausted
+        # Two queries' first kept negatives join their positives' products.
+        chosen = state.kept.unique([S.QUERY], keep="first", maintain_order=True).head(2)
+        merge = {
+            product_of[negative]: product_of[positive]
+            for positive, negative in chosen.select(
+                S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID
+            ).rows()
+        }
+        merged = products.with_columns(pl.col(S.PRODUCT_ID).replace(merge))
+        # Another query clicks a listing it was shown far below its weakest click.
+        lower = (
+            state.dropped.filter(~pl.col(S.QUERY).is_in(chosen[S.QUERY].implode()))
+            .filter(pl.col(S.SCORE) < pl.col(S.POSITIVE_SCORE).min().over(S.QUERY) - 0.05)
+            .sort(S.QUERY, S.RANK)
+            .head(1)
+            .select(S.QUERY, pl.col(S.NEGATIVE_LISTING_ID).alias(S.LISTING_ID))
+        )
+        assert lower.height == 1
+        clicks = pl.concat([pairs, lower])
+        result = mine.run(day, clicks, listings_file, merged, folder / "after", previous=(state, 1))
+        plan = state.plan(clicks, pl.read_parquet(listings_file), merged, (1, 10_000))
+        assert set(chosen[S.QUERY]) | set(lower[S.QUERY]) <= set(plan.refiltered)
+        assert plan.reused.len() > 0
+        incremental = result.details["incremental"]
+        assert incremental["queries_refiltered"] + incremental["queries_mined"] == (
+            plan.refiltered.len()
+        )
+        assert incremental["queries_refiltered"] >= 1
+        if exhausted:
+            assert incremental["queries_mined"] == 0
+        else:
+            assert incremental["queries_mined"] >= 1  # the lowered ceiling
+        mine.run(day, clicks, listings_file, merged, folder / "full")
+        _check_same_mining(folder / "after", folder / "full", plan.refiltered)
 
 
 def _check_reuse(cfg, results, before: Path, after: Path) -> None:
@@ -297,6 +371,7 @@ def _check_reuse(cfg, results, before: Path, after: Path) -> None:
     assert same.height == 0
     _check_nothing_to_mine(cfg, before)
     _check_refilter(cfg, before)
+    _check_refilter_regrouped(cfg, before)
     changes = json.loads((after / "report" / "report.json").read_text())["changes"]["figures"]
     assert changes["build_number"] == 1 and changes["products_new"] >= 1
     assert (changes["queries_reused"], changes["queries_mined"]) == (reused, fresh)

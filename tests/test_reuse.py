@@ -176,7 +176,7 @@ def test_unchanged_queries_are_reused_and_a_new_product_id_alone_changes_nothing
     assert _reused(state, pairs, listings, renamed) == ["q1", "q2"]
 
 
-def test_a_regrouped_retitled_or_removed_listing_sends_its_queries_back_to_mining():
+def test_regrouped_queries_are_refiltered_and_retitled_or_removed_listings_send_theirs_to_mining():
     state, pairs, listings, products = _state()
     split = products.with_columns(
         pl.when(pl.col(S.LISTING_ID) == "l4")
@@ -188,12 +188,18 @@ def test_a_regrouped_retitled_or_removed_listing_sends_its_queries_back_to_minin
     assert _reused(state, pairs, listings, split) == ["q1", "q2"]
     merged = products.with_columns(pl.col(S.PRODUCT_ID).replace({"p2": "p1"}))
     assert _reused(state, pairs, listings, merged) == ["q2"]  # q1's negative l2 joined l1
+    assert _refiltered(state, pairs, listings, merged) == ["q1"]  # its candidates still stand
     negatives_merged = products.with_columns(pl.col(S.PRODUCT_ID).replace({"p3": "p2"}))
     assert _reused(state, pairs, listings, negatives_merged) == ["q2"]  # q1: l2, l3 one product
+    assert _refiltered(state, pairs, listings, negatives_merged) == ["q1"]
+    assert _refiltered(state, pairs, listings, merged, every=1) == []  # due: mined
     retitled = listings.with_columns(pl.col(S.TITLE).replace({"t5": "t5b"}))
     assert _reused(state, pairs, retitled, products) == ["q1"]
     removed = listings.filter(pl.col(S.LISTING_ID) != "l3")
     assert _reused(state, pairs, removed, products) == ["q2"]
+    # A changed listing a query saw sends it to mining, regrouped or not.
+    assert _refiltered(state, pairs, retitled, merged) == ["q1"]  # only q2 saw the retitled l5
+    assert _refiltered(state, pairs, removed, merged) == []  # q1 saw the removed l3
     # A new listing changes nothing for queries that never saw it.
     added = pl.concat([listings, pl.DataFrame({S.LISTING_ID: ["l6"], S.TITLE: ["t6"]})])
     assert _reused(state, pairs, added, products) == ["q1", "q2"]

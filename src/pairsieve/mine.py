@@ -52,7 +52,13 @@ from pairsieve.embed import (
     text_keys,
 )
 from pairsieve.errors import PairsieveError
-from pairsieve.mine_filter import REASONS, filter_candidates, score_ceilings, with_ranks
+from pairsieve.mine_filter import (
+    REASONS,
+    filter_candidates,
+    score_ceilings,
+    short_queries,
+    with_ranks,
+)
 from pairsieve.mine_reuse import PreviousMining, ReusePlan
 from pairsieve.stage import StageResult
 
@@ -259,16 +265,6 @@ _DEEPEN = 4  # each round looks this many times deeper for the queries still sho
 _QUERY_BATCH = 16_384
 
 
-def _short_queries(positives: pl.DataFrame, kept: pl.DataFrame, num_negatives: int) -> pl.Series:
-    """Queries with at least one pair that kept fewer than ``num_negatives`` negatives."""
-    per_pair = positives.select(S.QUERY, S.POSITIVE_LISTING_ID).join(
-        kept.group_by(S.QUERY, S.POSITIVE_LISTING_ID).len("_n"),
-        on=[S.QUERY, S.POSITIVE_LISTING_ID],
-        how="left",
-    )
-    return per_pair.filter(pl.col("_n").fill_null(0) < num_negatives)[S.QUERY].unique()
-
-
 def mine_pairs(
     retrieval: Retrieval,
     positives: pl.DataFrame,
@@ -335,7 +331,7 @@ def _mine_batch(
         names = pl.Series(S.QUERY, [retrieval.queries[i] for i in rows], dtype=pl.String)
         pos = positives.filter(pl.col(S.QUERY).is_in(names.implode()))
         kept, dropped = filter_candidates(candidates, pos, products, cfg, seed)
-        short = _short_queries(pos, kept, cfg.num_negatives)
+        short = short_queries(pos, kept, cfg.num_negatives)
         rounds.append({"depth": depth, "queries": int(rows.size), "short": short.len()})
         deeper = names.is_in(short.implode()).to_numpy() & (above + depth < deepest)
         finished = names.filter(pl.Series(~deeper))
@@ -551,12 +547,15 @@ def refilter(
     products: pl.DataFrame,
     cfg: PairsieveConfig,
 ) -> Refiltered:
-    """Filter the previous candidates of ``queries`` (which only gained clicks) against today's
-    positives and products: what mining would give them over the previous catalog, without a
-    search. Left to mining: a query whose new clicks score below its weakest previous one (its
-    margin moved, and the previous candidates below the margin end at the old one), and one with
-    a pair left short (mining would look deeper)."""
-    pos = positives.filter(pl.col(S.QUERY).is_in(queries.implode()))
+    """Filter the previous candidates of ``queries`` (which only gained clicks or were
+    regrouped) against today's positives and products: what mining would give them over the
+    previous catalog, without a search (see `mine_reuse`). Settled: a query with no short pair
+    whose ceiling did not drop (no new click scores below its weakest old one), and a query
+    still short whose previous search was exhausted, filtered from its head and the previous
+    candidates at or below today's ceiling. Left to mining: the others, which mining would
+    search deeper than the previous build did."""
+    names = queries.sort()
+    pos = positives.filter(pl.col(S.QUERY).is_in(names.implode()))
     before = state.pairs.select(
         S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID), pl.lit(True).alias("_old")
     )
@@ -569,18 +568,31 @@ def refilter(
             pl.col(S.POSITIVE_SCORE).filter(~is_old).min().alias("_new"),
         )
     )
-    steady = weakest.filter(pl.col("_new") >= pl.col("_old"))[S.QUERY].sort()
-    pos = pos.filter(pl.col(S.QUERY).is_in(steady.implode()))
-    candidates = state.candidates_of(steady)
+    dropped_ceiling = weakest.filter(pl.col("_new") < pl.col("_old"))[S.QUERY].implode()
+    ceilings = pl.DataFrame(
+        {S.QUERY: names, "_ceiling": score_ceilings(pos, names, cfg.mine)},
+        schema={S.QUERY: pl.String, "_ceiling": pl.Float64},
+    )
+    reachable = (pl.col(S.RANK) <= cfg.mine.search_depth) | (pl.col(S.SCORE) <= pl.col("_ceiling"))
+    candidates = (
+        state.candidates_of(names)
+        .join(ceilings, on=S.QUERY, maintain_order="left")
+        .filter(reachable)
+        .drop("_ceiling")
+    )
     kept, dropped = filter_candidates(candidates, pos, products, cfg.mine, cfg.seed)
-    short = _short_queries(pos, kept, cfg.mine.num_negatives)
-    done = steady.filter(~steady.is_in(short.implode()))
-    settled = pl.col(S.QUERY).is_in(done.implode())
+    short = short_queries(pos, kept, cfg.mine.num_negatives).implode()
+    exhausted = state.exhausted(names, cfg.mine.num_negatives).implode()
+    settled = names.filter(
+        (~names.is_in(dropped_ceiling) & ~names.is_in(short))
+        | (names.is_in(exhausted) & names.is_in(short))
+    )
+    done = pl.col(S.QUERY).is_in(settled.implode())
     return Refiltered(
-        done,
-        candidate_counts(candidates.filter(settled)),
-        kept.filter(settled),
-        dropped.filter(settled),
+        settled,
+        candidate_counts(candidates.filter(done)),
+        kept.filter(done),
+        dropped.filter(done),
     )
 
 

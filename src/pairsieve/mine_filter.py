@@ -76,6 +76,16 @@ def score_ceilings(positives: pl.DataFrame, names: pl.Series, cfg: MineConfig) -
     return np.minimum(limits["_limit"].fill_null(float("inf")).to_numpy(), max_score)
 
 
+def short_queries(positives: pl.DataFrame, kept: pl.DataFrame, num_negatives: int) -> pl.Series:
+    """Queries with at least one pair that kept fewer than ``num_negatives`` negatives."""
+    per_pair = positives.select(S.QUERY, S.POSITIVE_LISTING_ID).join(
+        kept.group_by(S.QUERY, S.POSITIVE_LISTING_ID).len("_n"),
+        on=[S.QUERY, S.POSITIVE_LISTING_ID],
+        how="left",
+    )
+    return per_pair.filter(pl.col("_n").fill_null(0) < num_negatives)[S.QUERY].unique()
+
+
 def _text_keys(values: pl.Series) -> pl.Series:
     """uint64 key per string from blake2b: stable across processes and library versions."""
     distinct = values.unique().sort()

@@ -4,13 +4,22 @@ A query is *reused* (its kept and dropped rows copied from the previous build) w
 clicked listings are the same set, every listing it saw (positives and candidates) is still in
 the catalog with the same title, its positives and kept negatives are grouped into products as
 before (ids may change: only the grouping matters), the mine config is unchanged, and it is not
-due for refresh. A query is *refiltered* when it only gained clicks and every listing it saw is
-unchanged: its previous candidates (the search's result, which does not depend on the clicks)
-are filtered again against today's positives and products (`mine.refilter`), unless a new click
-scores below its weakest old one (the margin moved) or a pair ends short (mining would look
-deeper). Every other query is mined as in a full build. Safety holds by construction: a reused
-negative is still of another product than its positive, the negatives of a pair still come
-from distinct products, and a refiltered query passes today's filters.
+due for refresh. A query is *refiltered* when every listing it saw is unchanged and either it
+only gained clicks or its products were regrouped: its previous candidates (the search's
+result, which does not depend on products and, below the ceiling, not on the clicks) are
+filtered again against today's positives and products (`mine.refilter`). Every other query is
+mined as in a full build. Safety holds by construction: a reused negative is still of another
+product than its positive, the negatives of a pair still come from distinct products, and a
+refiltered query passes today's filters.
+
+Mining deepens a query's search only while a pair is short of negatives, until rank
+`mine.range_max`; so a query left short had its search *exhausted*: its candidates are its head
+and every listing at or below its ceiling down to that rank. Filtering them again gives what
+mining the previous catalog would give whenever mining would search as deep: when the query is
+still short (refiltered from the candidates at or below today's ceiling, which a new weaker
+click may lower), or when it is no longer short and its ceiling did not drop. A query whose
+search was not exhausted is refiltered only when it is not short and its ceiling did not drop
+(mining would look deeper otherwise).
 
 What a reused or refiltered query does not see is change elsewhere: a new listing that would
 now rank among its candidates, or (reused) a dropped candidate whose product changed (its reason
@@ -32,6 +41,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.mine_filter import short_queries
 from pairsieve.stage import load_result
 
 if TYPE_CHECKING:
@@ -123,10 +133,12 @@ class PreviousMining:
                 S.QUERY, sorted(q for q in queries.to_list() if refresh_slot(q, every) != slot)
             )
 
-        gained = _gained_clicks(pairs, self.pairs)
+        stayed = same_clicks[S.QUERY]
+        regrouped_only = stayed.filter(stayed.is_in(regrouped.implode()))
+        refilter = pl.concat([_gained_clicks(pairs, self.pairs), regrouped_only])
         return ReusePlan(
-            not_due(same_clicks.filter(~pl.col(S.QUERY).is_in(changed))[S.QUERY]),
-            not_due(gained.filter(~gained.is_in(lost.implode()))),
+            not_due(stayed.filter(~stayed.is_in(changed))),
+            not_due(refilter.filter(~refilter.is_in(lost.implode()))),
         )
 
     def candidates_of(self, queries: pl.Series) -> pl.DataFrame:
@@ -137,6 +149,13 @@ class PreviousMining:
         both = pl.concat([kept.select(columns), dropped.select(columns)])
         return both.unique([S.QUERY, S.NEGATIVE_LISTING_ID]).sort(S.QUERY, S.RANK)
 
+    def exhausted(self, queries: pl.Series, num_negatives: int) -> pl.Series:
+        """Those of ``queries`` left short in the previous build: mining stops deepening a short
+        query only at rank `mine.range_max`, so their search was exhausted (module docstring)."""
+        chosen = pl.col(S.QUERY).is_in(queries.implode())
+        pairs = self.pairs.filter(chosen).select(S.QUERY, pl.col(_ID).alias(S.POSITIVE_LISTING_ID))
+        return short_queries(pairs, self.kept.filter(chosen), num_negatives)
+
     def rows_of(self, queries: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The previous (kept, dropped) rows of ``queries``."""
         chosen = pl.col(S.QUERY).is_in(queries.implode())
@@ -146,9 +165,9 @@ class PreviousMining:
 @dataclass(frozen=True)
 class ReusePlan:
     """Today's queries the previous build serves: ``reused`` keep their rows as they are;
-    ``refiltered`` only gained clicks, so their previous candidates are filtered again against
-    today's positives and products (`mine.run` mines them instead when the new clicks moved
-    their margin or left a pair short)."""
+    ``refiltered`` only gained clicks or were regrouped, so their previous candidates are
+    filtered again against today's positives and products (`mine.refilter` leaves to mining
+    those that mining would search deeper)."""
 
     reused: pl.Series
     refiltered: pl.Series
