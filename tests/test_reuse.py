@@ -9,7 +9,7 @@ import polars as pl
 
 from pairsieve import cluster, io
 from pairsieve import schemas as S
-from pairsieve.cluster_reuse import PreviousClustering, touching
+from pairsieve.cluster_reuse import PreviousClustering, positions, touching
 from pairsieve.config import load_config
 from pairsieve.mine_reuse import PreviousMining, refresh_slot
 
@@ -66,6 +66,18 @@ def test_touching_keeps_pairs_with_an_unsettled_end():
     unsettled = np.array([False, False, True, False])
     assert touching(pairs, unsettled).tolist() == [[0, 2], [1, 2], [2, 3]]
     assert touching(pairs, None) is pairs
+
+
+def test_positions_find_each_value_in_the_table_as_a_string_join_does():
+    rng = np.random.default_rng(3)
+    table = pl.Series([f"L{i:06d}" for i in rng.permutation(5_000)])
+    values = pl.Series([f"L{i:06d}" for i in rng.integers(0, 6_000, 20_000)])  # some absent
+    lookup = pl.DataFrame({"_v": table}).with_row_index("_i")
+    joined = values.to_frame("_v").join(lookup, on="_v", how="left", maintain_order="left")
+    expected = joined["_i"].fill_null(-1).to_numpy()
+    found = positions(values, table)
+    assert np.array_equal(found, expected) and (found == -1).any() and (found >= 0).any()
+    assert positions(pl.Series([], dtype=pl.String), table).shape == (0,)
 
 
 def test_pairs_between_settled_nodes_are_mapped_onto_todays_nodes():
