@@ -94,7 +94,8 @@ def full_size(cfg: PairsieveConfig, n_listings: int, n_queries: int, folder: Pat
     filter_s = time.perf_counter() - started - info["search_s"] - info["index_s"]
     mine_cpu_s = time.process_time() - cpu
     kept = mined.kept
-    summary = mine.summarise(mined.counts, positives, kept, mined.dropped, cfg.mine)
+    reasons = mine.reason_counts(mined.dropped)
+    summary = mine.summarise(mined.counts, positives, kept, reasons, cfg.mine)
     rate = embedding_rate(catalog[S.TITLE].to_list(), cfg)
     texts = len(embedded.queries) + len(embedded.listing_ids)
     return {

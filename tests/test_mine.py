@@ -138,7 +138,9 @@ def test_num_negatives_top_takes_the_hardest_and_short_pairs_are_not_padded():
     assert kept_ids(kept, "r") == ["x"]
     candidates, pos = frames(scores, positives)[:2]
     counts = mine.candidate_counts(candidates)
-    summary = mine.summarise(counts, pos, kept, dropped, MineConfig(num_negatives=3))
+    summary = mine.summarise(
+        counts, pos, kept, mine.reason_counts(dropped), MineConfig(num_negatives=3)
+    )
     assert summary["pairs_short"] == 1
     assert summary["pairs_without_negatives"] == 0
 
@@ -169,7 +171,8 @@ def test_accounting_identity_and_reason_precedence():
     candidates, pos, prod = frames(scores, positives, {"b": "B", "b2": "B"})
     cfg = MineConfig(num_negatives=1, range_min=1, min_score=0.2, relative_margin=NV_MARGIN)
     kept, dropped = mine_filter.filter_candidates(candidates, pos, prod, cfg, 13)
-    summary = mine.summarise(mine.candidate_counts(candidates), pos, kept, dropped, cfg)
+    per_reason = mine.reason_counts(dropped)
+    summary = mine.summarise(mine.candidate_counts(candidates), pos, kept, per_reason, cfg)
     assert summary["considered"] == kept.height + sum(summary["dropped_by_reason"].values()) == 7
     # b is skipped by range_min before the one-per-product step, so b2 represents product B
     assert reasons(dropped) == {
@@ -355,7 +358,8 @@ def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
     mined = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
     assert mined.rounds == [{"depth": 3, "queries": 2, "short": 1}]
     assert kept_ids(mined.kept, "q1") == []
-    summary = mine.summarise(mined.counts, positives, mined.kept, mined.dropped, cfg.mine)
+    reasons = mine.reason_counts(mined.dropped)
+    summary = mine.summarise(mined.counts, positives, mined.kept, reasons, cfg.mine)
     assert summary["pairs_without_negatives"] == 1 and mined.skipped_above_ceiling == 0
     assert summary["considered"] == 6 == mined.kept.height + mined.dropped.height
 

@@ -214,7 +214,7 @@ def _check_refilter(cfg, build: Path) -> None:
     from pairsieve.mine_reuse import PreviousMining
 
     state = PreviousMining.load(build, steps.section_hash(cfg, "mine"))
-    rows = pl.concat([state.kept, state.dropped.drop(S.REASON)])
+    rows = pl.concat([state.kept, state.dropped.collect().drop(S.REASON)])
     weakest = rows.group_by(S.QUERY).agg(pl.col(S.POSITIVE_SCORE).min().alias("_weakest"))
     shown = rows.join(weakest, on=S.QUERY).join(
         state.pairs,
@@ -278,7 +278,7 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
         mine.run(day, pairs, listings_file, products, folder / "before")
         state = PreviousMining(
             pl.read_parquet(folder / "before" / S.NEGATIVES_FILE),
-            pl.read_parquet(folder / "before" / S.NEGATIVES_DROPPED_FILE),
+            pl.scan_parquet(folder / "before" / S.NEGATIVES_DROPPED_FILE),
             pairs,
             titles_and_products(pl.read_parquet(listings_file), products),
         )
@@ -294,7 +294,8 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
         merged = products.with_columns(pl.col(S.PRODUCT_ID).replace(merge))
         # Another query clicks a listing it was shown far below its weakest click.
         lower = (
-            state.dropped.filter(~pl.col(S.QUERY).is_in(chosen[S.QUERY].implode()))
+            state.dropped.collect()
+            .filter(~pl.col(S.QUERY).is_in(chosen[S.QUERY].implode()))
             .filter(pl.col(S.SCORE) < pl.col(S.POSITIVE_SCORE).min().over(S.QUERY) - 0.05)
             .sort(S.QUERY, S.RANK)
             .head(1)
@@ -317,6 +318,11 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
             assert incremental["queries_mined"] >= 1  # the lowered ceiling
         mine.run(day, clicks, listings_file, merged, folder / "full")
         _check_same_mining(folder / "after", folder / "full", plan.refiltered)
+        # The reused rows stream from the previous file into the new one: the same bytes again.
+        mine.run(day, clicks, listings_file, merged, folder / "again", previous=(state, 1))
+        for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+            again, after = (io.sha256_file(folder / run / name) for run in ("again", "after"))
+            assert again == after
 
 
 def _check_reuse(cfg, results, before: Path, after: Path) -> None:

@@ -49,10 +49,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
-def write_parquet(frame: pl.DataFrame, path: str | Path) -> Path:
-    """Write ``frame`` atomically with the project's fixed parquet settings."""
+def write_parquet(frame: pl.DataFrame | pl.LazyFrame, path: str | Path) -> Path:
+    """Write ``frame`` atomically with the project's fixed parquet settings; a LazyFrame is
+    streamed to the file, never held whole in memory."""
     with atomic_path(path) as tmp:
-        frame.write_parquet(tmp, **PARQUET_OPTIONS)
+        if isinstance(frame, pl.LazyFrame):
+            frame.sink_parquet(tmp, **PARQUET_OPTIONS)
+        else:
+            frame.write_parquet(tmp, **PARQUET_OPTIONS)
     return Path(path)
 
 

@@ -369,11 +369,12 @@ def summarise(
     counts: pl.DataFrame,
     positives: pl.DataFrame,
     kept: pl.DataFrame,
-    dropped: pl.DataFrame,
+    reasons: dict[str, int],
     cfg: MineConfig,
 ) -> dict[str, Any]:
     """Candidates considered (from each query's `candidate_counts`, not from the rows, so the
-    accounting identity is a real check), per-reason drops, and per-pair shortfalls (short pairs
+    accounting identity is a real check), drops per reason (``reasons``, see `reason_counts`),
+    and per-pair shortfalls (short pairs
     are kept, never padded)."""
     per_query = positives.join(counts, on=S.QUERY, how="left")
     considered = per_query[_COUNT].fill_null(0).sum()
@@ -387,17 +388,21 @@ def summarise(
         )
         .with_columns(pl.col("_n").fill_null(0))
     )
-    counts = dict(dropped[S.REASON].cast(pl.String).value_counts().iter_rows())
     n_pairs = per_pair.height
     return {
         "considered": int(considered),
-        "dropped_by_reason": {reason: int(counts.get(reason, 0)) for reason in REASONS},
+        "dropped_by_reason": {reason: int(reasons.get(reason, 0)) for reason in REASONS},
         "pairs": n_pairs,
         "queries": positives[S.QUERY].n_unique(),
         "pairs_short": int((per_pair["_n"] < cfg.num_negatives).sum()),
         "pairs_without_negatives": int((per_pair["_n"] == 0).sum()),
         "negatives_per_pair": round(kept.height / n_pairs, 4) if n_pairs else 0.0,
     }
+
+
+def reason_counts(dropped: pl.DataFrame) -> dict[str, int]:
+    """Dropped rows per reason."""
+    return dict(dropped[S.REASON].cast(pl.String).value_counts().iter_rows())
 
 
 def listing_products(listings: pl.DataFrame, products: pl.DataFrame) -> pl.DataFrame:
@@ -481,8 +486,12 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
         counts = pl.concat([counts, refiltered.counts])
         kept = kept.merge_sorted(refiltered.kept, key=S.QUERY)
         dropped = dropped.merge_sorted(refiltered.dropped, key=S.QUERY)
+    reasons = reason_counts(dropped)
     if previous is not None:
-        counts, kept, dropped = _with_reused(state, plan.reused, counts, kept, dropped)
+        counts, kept, dropped, reused_reasons = _with_reused(
+            state, plan.reused, counts, kept, dropped
+        )
+        reasons = {r: reasons.get(r, 0) + reused_reasons.get(r, 0) for r in REASONS}
     retrieval_s = retrieval.info["search_s"] + retrieval.info["index_s"]
     filter_s = round(time.perf_counter() - started - retrieval_s, 3)
     out_dir = Path(out_dir)
@@ -493,7 +502,7 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     if layout is not None:
         outputs.update(layout.write(out_dir))
     clicked = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
-    summary = summarise(counts, clicked, kept, dropped, cfg.mine)
+    summary = summarise(counts, clicked, kept, reasons, cfg.mine)
     summary["skipped_above_ceiling"] = mined.skipped_above_ceiling
     if previous is not None:
         summary["incremental"] = {
@@ -602,20 +611,29 @@ def _with_reused(
     counts: pl.DataFrame,
     kept: pl.DataFrame,
     dropped: pl.DataFrame,
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.LazyFrame, dict[str, int]]:
     """This build's (candidate counts, kept, dropped) with the reused queries' previous rows
-    added, in the order a full build writes them."""
-    old_kept, old_dropped = state.rows_of(reused)
+    added, in the order a full build writes them, and the reused rows' drop reasons counted.
+    The dropped rows come back as a plan that streams the previous file's reused rows into the
+    merge as it is written: at 10^6 listings they are ~45 M rows, ~10 GB in memory."""
+    old_kept, old_dropped = state.lazy_rows_of(reused)
+    old_kept = old_kept.collect()
+    per_query = old_dropped.group_by(S.QUERY, S.REASON).len("_rows").collect()
     # A query's every pair saw all its candidates, and each (pair, candidate) row is in one of
     # the two files (the previous build checked that identity): rows / pairs = candidates.
-    rows = pl.concat([old_kept.select(S.QUERY), old_dropped.select(S.QUERY)]).group_by(S.QUERY)
+    rows = pl.concat(
+        [old_kept.group_by(S.QUERY).len("_rows"), per_query.select(S.QUERY, "_rows")],
+        how="vertical_relaxed",
+    ).group_by(S.QUERY)
     old_pairs = state.pairs.filter(pl.col(S.QUERY).is_in(reused.implode())).group_by(S.QUERY)
-    old_counts = rows.len("_rows").join(old_pairs.len("_pairs"), on=S.QUERY)
+    old_counts = rows.agg(pl.col("_rows").sum()).join(old_pairs.len("_pairs"), on=S.QUERY)
     old_counts = old_counts.select(S.QUERY, (pl.col("_rows") // pl.col("_pairs")).alias(_COUNT))
+    reasons = per_query.group_by(S.REASON).agg(pl.col("_rows").sum())
     # Both sides are sorted by (query, positive, rank) and share no query: merging on the query
     # gives the full build's order without sorting again.
     return (
         pl.concat([counts, old_counts.cast(counts.schema)]),
         kept.merge_sorted(old_kept.select(kept.columns), key=S.QUERY),
-        dropped.merge_sorted(old_dropped.select(dropped.columns), key=S.QUERY),
+        pl.merge_sorted([dropped.lazy(), old_dropped.select(dropped.columns)], key=S.QUERY),
+        {str(reason): int(n) for reason, n in reasons.iter_rows()},
     )

@@ -184,7 +184,7 @@ def evaluate(
                 mined.counts,
                 positives,
                 mined.kept,
-                mined.dropped,
+                mine.reason_counts(mined.dropped),
                 mine_cfg,
             )["dropped_by_reason"],
             "retrieval_rounds": mined.rounds,

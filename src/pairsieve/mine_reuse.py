@@ -52,10 +52,12 @@ _ID = S.LISTING_ID
 
 @dataclass(frozen=True)
 class PreviousMining:
-    """The previous build's mined rows and the inputs they were mined from."""
+    """The previous build's mined rows and the inputs they were mined from. Its dropped rows
+    (tens of millions at 10^6 listings) are read lazily: only the rows of the queries a step
+    needs, and the reused ones streamed to the new file (`mine.run`)."""
 
     kept: pl.DataFrame
-    dropped: pl.DataFrame
+    dropped: pl.LazyFrame | pl.DataFrame
     pairs: pl.DataFrame  # query, listing_id
     listings: pl.DataFrame  # listing_id, title, product_id
     ivf: knn.IvfLayout | None = None  # its index's IVF layout, if it had one
@@ -81,7 +83,7 @@ class PreviousMining:
 
         return PreviousMining(
             pl.read_parquet(files["kept"]),
-            pl.read_parquet(files["dropped"]),
+            pl.scan_parquet(files["dropped"]),
             pl.read_parquet(files["clicks"], columns=[S.QUERY, _ID]).unique(),
             titles_and_products(
                 pl.read_parquet(files["listings"], columns=[_ID, S.TITLE]),
@@ -109,7 +111,7 @@ class PreviousMining:
         gone = self.listings.join(today, on=[_ID, S.TITLE], how="anti")[_ID].implode()
         lost = pl.concat(
             [
-                frame.filter(pl.col(column).is_in(gone))[S.QUERY]
+                frame.lazy().filter(pl.col(column).is_in(gone)).select(S.QUERY).collect()[S.QUERY]
                 for frame, column in (
                     (self.kept, S.NEGATIVE_LISTING_ID),
                     (self.dropped, S.NEGATIVE_LISTING_ID),
@@ -158,8 +160,13 @@ class PreviousMining:
 
     def rows_of(self, queries: pl.Series) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The previous (kept, dropped) rows of ``queries``."""
+        kept, dropped = self.lazy_rows_of(queries)
+        return kept.collect(), dropped.collect()
+
+    def lazy_rows_of(self, queries: pl.Series) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+        """`rows_of`, not yet read."""
         chosen = pl.col(S.QUERY).is_in(queries.implode())
-        return self.kept.filter(chosen), self.dropped.filter(chosen)
+        return self.kept.lazy().filter(chosen), self.dropped.lazy().filter(chosen)
 
 
 @dataclass(frozen=True)
