@@ -110,6 +110,8 @@ def test_shared_cache_is_one_view_per_folder_that_sees_every_writer(tmp_path):
         list(pool.map(lambda chunk: embed_texts(chunk, CountingEncoder(), view), chunks))
     found, vectors = view.lookup(text_keys(TITLES))
     assert found.all() and view.size == len(set(TITLES))
+    mixed = text_keys([*TITLES[:3], "never embedded"])
+    assert view.contains(mixed).tolist() == view.lookup(mixed)[0].tolist() == [True] * 3 + [False]
     np.testing.assert_array_equal(vectors, CountingEncoder().encode(TITLES))
     late = "a title another process embedded later"
     EmbeddingCache(tmp_path, "fake").store(text_keys([late]), CountingEncoder().encode([late]))
@@ -271,6 +273,7 @@ def test_partitions_map_as_tasks_and_warm_cache_plans_nothing(onnx_cache_root, t
     cache = EmbeddingCache(root, encoder.model_key)
     partitions = plan_partitions(texts, cache, partition_size=8)
     assert [len(p) for p in partitions] == [8, 8, 8, 6]
+    assert [t for p in partitions for t in p] == sorted(set(texts))
     with ThreadPoolExecutor(2) as pool:
         stats = list(pool.map(lambda part: embed_partition(part, cfg), partitions))
     assert sum(s.encoded for s in stats) == 30

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+import polars as pl
 
 from pairsieve.config import EmbedConfig, PairsieveConfig
 
@@ -194,6 +195,15 @@ class EmbeddingCache:
             self._refresh()
             return len(self._keys)
 
+    def contains(self, keys: np.ndarray) -> np.ndarray:
+        """(n,) bool: which of ``keys`` (n,) uint64 are cached (no vectors copied)."""
+        with self._lock:
+            self._refresh()
+            known = self._keys
+        if len(known) == 0:
+            return np.zeros(len(keys), dtype=bool)
+        return known[np.searchsorted(known, keys).clip(max=len(known) - 1)] == keys
+
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(found mask (n,) bool, vectors of the found keys (m, d)) for ``keys`` (n,) uint64."""
         with self._lock:
@@ -329,14 +339,14 @@ def embed_texts(
 
 
 def plan_partitions(
-    texts: Sequence[str], cache: EmbeddingCache, partition_size: int
+    texts: Sequence[str] | pl.Series, cache: EmbeddingCache, partition_size: int
 ) -> list[list[str]]:
     """The distinct texts missing from ``cache``, sorted and cut into partitions to map as tasks.
 
     A warm cache yields no partitions at all, so a rebuild embeds nothing.
     """
-    distinct = sorted(set(texts))
-    found, _ = cache.lookup(text_keys(distinct))
+    distinct = pl.Series(texts, dtype=pl.String).unique().sort().to_list()
+    found = cache.contains(text_keys(distinct))
     missing = [text for text, hit in zip(distinct, found, strict=True) if not hit]
     return [missing[i : i + partition_size] for i in range(0, len(missing), partition_size)]
 

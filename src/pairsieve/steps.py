@@ -93,7 +93,7 @@ def embedding_partitions(cfg: PairsieveConfig, run_dir: Path) -> list[list[str]]
     listings, clicks = _artifacts(run_dir, "listings", "clicks")
     titles = pl.read_parquet(listings, columns=[S.TITLE])
     queries = pl.read_parquet(clicks, columns=[S.QUERY])
-    texts = titles[S.TITLE].to_list() + queries[S.QUERY].to_list()
+    texts = pl.concat([titles[S.TITLE], queries[S.QUERY]])
     return plan_partitions(texts, cache_for(cfg), cfg.embed.partition_size)
 
 
