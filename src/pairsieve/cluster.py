@@ -455,9 +455,10 @@ def cluster_listings(
     if previous is not None:
         reused = previous.pairs_between(nodes, ~unsettled)
         details["reused_pairs"] = len(reused)
-        # No sort: the two share no pair, average linkage does not depend on the pairs' order,
-        # and `pairs_frame` writes them in listing order (sorting 3e7 pairs cost 11 s at 1M).
-        scored = pl.concat([scored, reused.cast(scored.schema)])
+        # In (a, b) order as a full build has them, sorted on one int64 key: ~2x faster than on
+        # two columns for the 3e7 pairs of 10^6 listings (agglomerate is 2x slower unsorted).
+        key = (pl.col("a").cast(pl.Int64) * (1 << 32) + pl.col("b")).alias("_key")
+        scored = pl.concat([scored, reused.cast(scored.schema)]).sort(key)
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
     labels = agglomerate(nodes["count"].to_numpy(), scored, resolved_link_threshold(c))
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
