@@ -374,8 +374,7 @@ def summarise(
 ) -> dict[str, Any]:
     """Candidates considered (from each query's `candidate_counts`, not from the rows, so the
     accounting identity is a real check), drops per reason (``reasons``, see `reason_counts`),
-    and per-pair shortfalls (short pairs
-    are kept, never padded)."""
+    and per-pair shortfalls (short pairs are kept, never padded)."""
     per_query = positives.join(counts, on=S.QUERY, how="left")
     considered = per_query[_COUNT].fill_null(0).sum()
     per_pair = (
