@@ -5,7 +5,7 @@ import json
 import pytest
 
 from pairsieve import io
-from pairsieve.stage import StageResult, load_result, run_stage
+from pairsieve.stage import StageResult, code_version, load_result, run_stage
 
 
 def _body(calls):
@@ -28,6 +28,25 @@ def test_run_stage_publishes_and_skips_when_up_to_date(tmp_path):
     assert again.skipped and len(calls) == 1
     run_stage("x", tmp_path, "cfg2", "fp1", _body(calls))
     assert len(calls) == 2
+
+
+def test_a_stage_that_other_code_ran_is_run_again(tmp_path):
+    """An upgrade re-runs a stage whose inputs and config did not change: its outputs may."""
+    calls = []
+    first = run_stage("x", tmp_path, "cfg1", "fp1", _body(calls))
+    assert first.code_version == code_version() and len(code_version()) == 16
+    saved = tmp_path / "x" / "stage.json"
+    for recorded in ("0123456789abcdef", None):  # another version; a file from before the field
+        data = json.loads(saved.read_text())
+        if recorded is None:
+            data.pop("code_version")
+        else:
+            data["code_version"] = recorded
+        saved.write_text(json.dumps(data))
+        again = run_stage("x", tmp_path, "cfg1", "fp1", _body(calls))
+        assert not again.skipped
+    assert len(calls) == 3
+    assert run_stage("x", tmp_path, "cfg1", "fp1", _body(calls)).skipped
 
 
 def test_failed_stage_leaves_previous_output_and_no_temp_files(tmp_path):

@@ -2,12 +2,15 @@
 
 A stage is a plain function that writes its files into a folder and returns a `StageResult`.
 `run_stage` gives every stage the same guarantees: its folder appears complete or not at all
-(`io.staged_dir`), its `stage.json` records accounting, timings, config hash and input
-fingerprints, and a re-run with unchanged inputs and config is skipped.
+(`io.staged_dir`), its `stage.json` records accounting, timings, config hash, input
+fingerprints and the code version, and a re-run with unchanged inputs, config and code is
+skipped.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import logging
 import time
@@ -40,6 +43,7 @@ class StageResult:
     details: dict[str, Any] = field(default_factory=dict)
     config_hash: str = ""
     input_fingerprint: str = ""
+    code_version: str = ""  # `code_version()` of the package that ran it
     skipped: bool = False
 
     @property
@@ -78,11 +82,25 @@ def load_result(stage_dir: str | Path) -> StageResult | None:
     return StageResult.from_json(json.loads(path.read_text()))
 
 
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """A hash of the package's sources and data files: a stage that other code ran is not up to
+    date, even when its inputs and config are (its outputs may differ)."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in {".py", ".json"}:
+            digest.update(f"{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _up_to_date(previous: StageResult | None, config_hash: str, fingerprint: str) -> bool:
     return (
         previous is not None
         and previous.config_hash == config_hash
         and previous.input_fingerprint == fingerprint
+        and previous.code_version == code_version()
     )
 
 
@@ -93,7 +111,8 @@ def run_stage(
     input_fingerprint: str,
     body: Callable[[Path], StageResult],
 ) -> StageResult:
-    """Run ``body(tmp_folder)`` unless ``run_dir/name`` is already complete for these inputs.
+    """Run ``body(tmp_folder)`` unless ``run_dir/name`` is already complete for these inputs,
+    config and code.
 
     ``body`` writes its files into the folder it is given and returns its result; outputs in the
     result are recorded relative to the stage folder. The folder is published atomically with its
@@ -114,6 +133,7 @@ def run_stage(
             timings=timings,
             config_hash=config_hash,
             input_fingerprint=input_fingerprint,
+            code_version=code_version(),
         )
         io.write_json(result.to_json(), tmp / STAGE_JSON)
     log.info("%s", result.summary())
