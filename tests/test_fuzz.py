@@ -54,6 +54,19 @@ from pairsieve.schemas import (
 )
 
 FRESH_SEED = int(os.environ.get("PAIRSIEVE_FUZZ_SEED") or random.SystemRandom().randrange(2**32))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_background_random():
+    """Hypothesis checks that generating an example leaves the global `random` state alone.
+    Prefect's events client, left connected by earlier flow tests, keeps a websocket open in a
+    background thread whose keepalive pings call `random.getrandbits` (Hypothesis then blames
+    the strategies): drain it before fuzzing."""
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all()
+
+
 FIXED_EXAMPLES = 200
 FRESH_EXAMPLES = 110
 MISSING = object()  # a JSONL key left out of the record / a CSV row cut short (ragged)
