@@ -44,8 +44,8 @@ def build(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> dict:
     timings["ingest"], cpu["ingest"] = time.perf_counter() - started, cpu_seconds() - cpu_started
     mark, cpu_mark = time.perf_counter(), cpu_seconds()
     partitions = steps.embedding_partitions(cfg, run_dir)
-    for texts in partitions:
-        embed_partition(texts, cfg)
+    embedded = sum(embed_partition(path, cfg).texts for path in partitions)
+    steps.clear_embedding_partitions(run_dir)
     timings["embed"], cpu["embed"] = time.perf_counter() - mark, cpu_seconds() - cpu_mark
     for name, step in (
         ("cluster", lambda cfg, run_dir: steps.cluster_step(cfg, run_dir, previous)),
@@ -60,7 +60,7 @@ def build(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> dict:
     return {
         "seconds": {k: round(v, 1) for k, v in timings.items()},
         "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()},
-        "embedded": sum(len(p) for p in partitions),
+        "embedded": embedded,
     }
 
 

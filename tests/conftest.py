@@ -10,6 +10,9 @@ import pytest
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Prefect's API refuses flow-run parameters over this many bytes (512 KB by default). Lowered for
+# the whole session, so any flow that passes data instead of paths fails here, not at a user's.
+os.environ["PREFECT_SERVER_API_MAX_PARAMETER_SIZE"] = "4096"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]

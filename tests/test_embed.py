@@ -23,8 +23,10 @@ from pairsieve.embed import (
     load_encoder,
     plan_partitions,
     read_cached,
+    read_partition,
     shared_cache,
     text_keys,
+    write_partitions,
 )
 from pairsieve.errors import PairsieveError
 
@@ -274,8 +276,10 @@ def test_partitions_map_as_tasks_and_warm_cache_plans_nothing(onnx_cache_root, t
     partitions = plan_partitions(texts, cache, partition_size=8)
     assert [len(p) for p in partitions] == [8, 8, 8, 6]
     assert [t for p in partitions for t in p] == sorted(set(texts))
+    files = write_partitions(partitions, tmp_path / "partitions")
+    assert [read_partition(path) for path in files] == partitions
     with ThreadPoolExecutor(2) as pool:
-        stats = list(pool.map(lambda part: embed_partition(part, cfg), partitions))
+        stats = list(pool.map(lambda path: embed_partition(path, cfg), files))
     assert sum(s.encoded for s in stats) == 30
     assert plan_partitions(texts, cache, partition_size=8) == []
 

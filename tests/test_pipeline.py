@@ -4,6 +4,7 @@ and identical results on the thread and Dask task runners."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -57,8 +58,8 @@ def _run_steps(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> 
     clicks, catalog = [str(data / "clicks.parquet")], [str(data / "catalog.parquet")]
     ingest = steps.ingest_step(cfg, clicks, catalog, run_dir)
     partitions = steps.embedding_partitions(cfg, run_dir)
-    for texts in partitions:
-        embed_partition(texts, cfg)
+    embedded = sum(embed_partition(path, cfg).texts for path in partitions)
+    steps.clear_embedding_partitions(run_dir)
     results = [
         ingest,
         steps.cluster_step(cfg, run_dir, previous),
@@ -66,7 +67,7 @@ def _run_steps(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> 
         steps.shards_step(cfg, run_dir),
         steps.report_step(cfg, run_dir),
     ]
-    return {"results": results, "embedded": sum(len(p) for p in partitions)}
+    return {"results": results, "embedded": embedded}
 
 
 def _shard_hashes(build: Path) -> dict[str, str]:
@@ -97,6 +98,47 @@ def test_build_flow_publishes_balanced_stages_and_skips_on_rerun(
     second = build(**kwargs)
     assert all(stage["skipped"] for stage in second.values())
     assert _shard_hashes(tmp_path / "build") == before
+
+
+def test_flow_parameters_stay_small_whatever_the_catalog(prefect_harness, tmp_path):
+    """The whole sample, on a cold cache, through the real flow on an API whose parameter limit
+    conftest lowered to a few kilobytes: the texts to embed travel as files, not parameters."""
+    from prefect import flow
+
+    from pairsieve.embed import bundled_model_path
+    from pairsieve.onnx_backend import ensure_onnx_model
+    from pairsieve.pipeline import build
+
+    limit = int(os.environ["PREFECT_SERVER_API_MAX_PARAMETER_SIZE"])
+    texts = pl.concat(
+        [
+            pl.read_parquet(SAMPLE / "catalog.parquet")["title"],
+            pl.read_parquet(SAMPLE / "clicks.parquet")["query"],
+        ]
+    ).unique()
+    assert len(json.dumps(texts.to_list())) > 20 * limit
+
+    @flow
+    def echo(payload: list[str]) -> int:
+        return len(payload)
+
+    with pytest.raises(Exception, match="must be less than"):
+        echo(texts.head(2 * limit // 10).to_list())  # the limit is in force on this API
+
+    cache = tmp_path / "cold-cache"  # nothing embedded yet; the int8 export is reused
+    ensure_onnx_model(bundled_model_path(), tmp_path / "onnx", "onnx-int8")
+    cache.mkdir()
+    (cache / "onnx").symlink_to(tmp_path / "onnx")
+    out = tmp_path / "build"
+    result = build(
+        clicks=str(SAMPLE / "clicks.parquet"),
+        catalog=str(SAMPLE / "catalog.parquet"),
+        out=str(out),
+        config=_cfg(cache).model_dump(mode="json"),
+    )
+    assert result["shards"]["rows_out"] > 0
+    assert verify(out) == []
+    assert not (out / steps.EMBED_PLAN_DIR).exists()
 
 
 @pytest.mark.slow

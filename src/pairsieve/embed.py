@@ -4,9 +4,9 @@ Embedding is the pipeline's slowest step (MiniLM embeds ~190 titles/s on 2 cores
 is embedded at most once per model: texts are deduplicated, and vectors are cached on disk keyed
 by (model key, text hash), shared by all stages and runs. Encoding streams over partitions of
 ``EmbedConfig.partition_size`` distinct texts, each stored as soon as it is done, so memory stays
-bounded and an interrupted run resumes where it stopped; `plan_partitions` and `embed_partition`
-let a Prefect flow map the partitions as tasks. The ONNX Runtime backends live in
-`pairsieve.onnx_backend`; their speed and quality are in benchmarks/RESULTS.md.
+bounded and an interrupted run resumes where it stopped; `plan_partitions`, `write_partitions`
+and `embed_partition` let a Prefect flow map the partitions, as files, as tasks. The ONNX Runtime
+backends live in `pairsieve.onnx_backend`; their speed and quality are in benchmarks/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import functools
 import hashlib
 import logging
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -29,8 +30,11 @@ import numpy as np
 import polars as pl
 
 from pairsieve.config import EmbedConfig, PairsieveConfig
+from pairsieve.io import write_parquet
 
 log = logging.getLogger(__name__)
+
+PARTITION_TEXT = "text"  # the one column of a partition file
 
 
 class Encoder(Protocol):
@@ -351,6 +355,30 @@ def plan_partitions(
     return [missing[i : i + partition_size] for i in range(0, len(missing), partition_size)]
 
 
+def write_partitions(partitions: Sequence[Sequence[str]], folder: str | Path) -> list[str]:
+    """Write each partition's texts to ``folder/part-NNNNN.parquet``; return the paths in order.
+
+    Mapped tasks and their flow take these paths, never the texts: a flow run's parameters go
+    through the Prefect API (which refuses more than 512 KB) and a task's arguments are pickled to
+    every Dask or Ray worker, so nothing passed along may grow with the catalog. The folder is
+    emptied first, so a resumed build never sees a stale partition.
+    """
+    folder = Path(folder)
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    paths = []
+    for index, texts in enumerate(partitions):
+        frame = pl.DataFrame({PARTITION_TEXT: list(texts)}, schema={PARTITION_TEXT: pl.String})
+        paths.append(str(write_parquet(frame, folder / f"part-{index:05d}.parquet")))
+    return paths
+
+
+def read_partition(path: str | Path) -> list[str]:
+    """The texts of one partition file written by `write_partitions`."""
+    return pl.read_parquet(path, columns=[PARTITION_TEXT])[PARTITION_TEXT].to_list()
+
+
 @functools.lru_cache(maxsize=2)
 def shared_cache(root: str | Path, model_key: str) -> EmbeddingCache:
     """One view of a cache folder per process: the stages and partition tasks of a build share
@@ -365,15 +393,16 @@ def shared_encoder(cfg: EmbedConfig, cache_dir: str) -> Encoder:
     return load_encoder(cfg, cache_dir)
 
 
-def embed_partition(texts: Sequence[str], cfg: PairsieveConfig) -> EmbedStats:
-    """Task body for one partition: embed ``texts`` into the shared cache, return the counts.
+def embed_partition(path: str | Path, cfg: PairsieveConfig) -> EmbedStats:
+    """Task body for one partition: embed the texts of the file ``path`` (`write_partitions`)
+    into the shared cache, return the counts.
 
-    A pure function of (texts, config) with the cache as its only output, safe to run in any
+    A pure function of (file, config) with the cache as its only output, safe to run in any
     worker process or thread, any number at once; the vectors are read back with `read_cached`.
     """
     encoder = shared_encoder(cfg.embed, cfg.cache_dir)
     cache = shared_cache(cfg.cache_dir, encoder.model_key)
-    _, stats = embed_texts(texts, encoder, cache, cfg.embed.partition_size)
+    _, stats = embed_texts(read_partition(path), encoder, cache, cfg.embed.partition_size)
     return stats
 
 

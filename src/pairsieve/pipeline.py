@@ -49,13 +49,13 @@ def ingest_task(cfg: PairsieveConfig, clicks: list[str], catalog: list[str], run
 
 
 @task(name="plan-embedding", **_TASK_OPTIONS)
-def plan_embedding_task(cfg: PairsieveConfig, run_dir: Path) -> list[list[str]]:
+def plan_embedding_task(cfg: PairsieveConfig, run_dir: Path) -> list[str]:
     return steps.embedding_partitions(cfg, run_dir)
 
 
 @task(name="embed-partition", **_TASK_OPTIONS)
-def embed_partition_task(texts: list[str], cfg: PairsieveConfig) -> EmbedStats:
-    return embed_partition(texts, cfg)
+def embed_partition_task(path: str, cfg: PairsieveConfig) -> EmbedStats:
+    return embed_partition(path, cfg)
 
 
 @task(name="cluster", **_TASK_OPTIONS)
@@ -127,9 +127,10 @@ def task_runner_for(runner: RunnerConfig):
 
 
 @flow(name="embed-partitions")
-def embed_partitions(partitions: list[list[str]], cfg: PairsieveConfig) -> list[EmbedStats]:
-    """Fill the shared embedding cache, one mapped task per partition (a subflow, so that it runs
-    on the task runner the config names while `build` itself stays importable by module path)."""
+def embed_partitions(partitions: list[str], cfg: PairsieveConfig) -> list[EmbedStats]:
+    """Fill the shared embedding cache, one mapped task per partition file (a subflow, so that it
+    runs on the task runner the config names while `build` itself stays importable by module
+    path). Its parameters are paths: Prefect's API refuses flow-run parameters over 512 KB."""
     return embed_partition_task.map(partitions, unmapped(cfg)).result()
 
 
@@ -159,6 +160,7 @@ def build(
         mem.stage = "embed"
         partitions = plan_embedding_task(cfg, run_dir)
         embed_partitions.with_options(task_runner=task_runner_for(cfg.runner))(partitions, cfg)
+        steps.clear_embedding_partitions(run_dir)
         mem.stage = "cluster"
         results.append(cluster_task(cfg, run_dir, previous))
         mem.stage = "mine"

@@ -80,21 +80,33 @@ def ingest_step(
     )
 
 
-def embedding_partitions(cfg: PairsieveConfig, run_dir: Path) -> list[list[str]]:
-    """Texts that cluster and mine will embed (titles, queries) and the cache lacks, partitioned.
+EMBED_PLAN_DIR = "embed-partitions"  # scratch inside the staging folder, removed once embedded
 
-    Mapping `embed.embed_partition` over these on the configured task runner fills the shared
-    cache in parallel (threads, or Dask/Ray workers); the stages then find every vector cached.
+
+def embedding_partitions(cfg: PairsieveConfig, run_dir: Path) -> list[str]:
+    """Files of the texts that cluster and mine will embed (titles, queries) and the cache lacks.
+
+    Mapping `embed.embed_partition` over these paths on the configured task runner fills the
+    shared cache in parallel (threads, or Dask/Ray workers); the stages then find every vector
+    cached. The texts stay on disk: only paths go through Prefect.
     """
     import polars as pl
 
-    from pairsieve.embed import cache_for, plan_partitions
+    from pairsieve.embed import cache_for, plan_partitions, write_partitions
 
     listings, clicks = _artifacts(run_dir, "listings", "clicks")
     titles = pl.read_parquet(listings, columns=[S.TITLE])
     queries = pl.read_parquet(clicks, columns=[S.QUERY])
     texts = pl.concat([titles[S.TITLE], queries[S.QUERY]])
-    return plan_partitions(texts, cache_for(cfg), cfg.embed.partition_size)
+    partitions = plan_partitions(texts, cache_for(cfg), cfg.embed.partition_size)
+    return write_partitions(partitions, Path(run_dir) / EMBED_PLAN_DIR)
+
+
+def clear_embedding_partitions(run_dir: Path) -> None:
+    """Remove the partition files once the cache holds their vectors (they are never published)."""
+    import shutil
+
+    shutil.rmtree(Path(run_dir) / EMBED_PLAN_DIR, ignore_errors=True)
 
 
 def _with_lineage(result: StageResult, tmp: Path, previous: Path | None) -> StageResult:
