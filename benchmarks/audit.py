@@ -14,7 +14,7 @@ vectors from pairsieve's embedding cache (max_seq_length 64, unit norm) are save
 names `mine_hard_negatives` computes for its de-duplicated queries and corpus. The mining itself
 (retrieval, positive skipping, top-k selection) is sentence-transformers' code, unchanged.
 
-Both are then audited by `pairsieve.audit.run` (what `pairsieve audit --dataset … --catalog …`
+Both are then audited by `pairsieve.audit.stage.run` (what `pairsieve audit --dataset … --catalog …`
 runs) with the same catalog, so both rates use the same product clustering; the script also
 counts false negatives against PriceRunner's ground-truth product ids as a cross-check.
 
@@ -35,11 +35,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pairsieve import audit, report, steps
 from pairsieve import schemas as S
+from pairsieve.audit import stage as audit
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog, pricerunner
-from pairsieve.embed import EmbeddingCache, bundled_model_path, embed_texts, load_encoder
+from pairsieve.orchestration import steps
+from pairsieve.report import stage as report
+from pairsieve.vectors.embed import EmbeddingCache, bundled_model_path, embed_texts, load_encoder
 
 NUM_NEGATIVES = 5
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import polars as pl
 
-from pairsieve import steps
+from pairsieve.cluster.evaluate import score
 from pairsieve.config import load_config
 from pairsieve.datasets import clicklog, pricerunner
-from pairsieve.embed import embed_partition
-from pairsieve.evaluate import score
+from pairsieve.orchestration import steps
 from pairsieve.schemas import TRUE_PRODUCT_ID
+from pairsieve.vectors.embed import embed_partition
 
 
 def cpu_seconds() -> float:

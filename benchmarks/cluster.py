@@ -23,9 +23,12 @@ from pathlib import Path
 import polars as pl
 from datasketch import MinHash
 
-from pairsieve import cluster, evaluate, io, minhash
+from pairsieve.cluster import evaluate
+from pairsieve.cluster import stage as cluster
 from pairsieve.config import PairsieveConfig
+from pairsieve.core import io
 from pairsieve.datasets.synth import catalog_chunk
+from pairsieve.vectors import minhash
 
 
 def generated_catalog(listings: int, seed: int) -> pl.DataFrame:
@@ -109,7 +112,7 @@ def _cpu_seconds() -> float:
 
 
 def _timed_steps() -> tuple[dict[str, list[float]], list[tuple[str, object]]]:
-    """Wrap the step functions of `pairsieve.cluster` (and its parquet writer) to sum their
+    """Wrap the step functions of `pairsieve.cluster.stage` (and its parquet writer) to sum their
     [wall, cpu] seconds; returns the sums and the originals to restore."""
     sums: dict[str, list[float]] = {step: [0.0, 0.0] for step in [*STEPS, "write"]}
     saved = []
@@ -168,7 +171,7 @@ def stage_only(cfg: PairsieveConfig, catalog: pl.DataFrame, out: Path) -> None:
 
 def embedding_throughput(catalog: pl.DataFrame) -> dict[str, float]:
     """Full clustering with embeddings, cold (empty cache) then warm, in listings/s."""
-    from pairsieve.embed import load_encoder
+    from pairsieve.vectors.embed import load_encoder
 
     out = {}
     with tempfile.TemporaryDirectory() as cache:

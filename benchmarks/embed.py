@@ -30,7 +30,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from pairsieve.config import EmbedConfig  # noqa: E402
-from pairsieve.embed import bundled_model_path, load_encoder  # noqa: E402
+from pairsieve.vectors.embed import bundled_model_path, load_encoder  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "pricerunner"
 CSV = DATA / "pricerunner_aggregate.csv"

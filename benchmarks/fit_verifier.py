@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pairsieve import cluster, cluster_verify, evaluate, verifier
 from pairsieve import schemas as S
+from pairsieve.cluster import evaluate, verifier
+from pairsieve.cluster import stage as cluster
+from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
 
 HALF_A = ("Mobile Phones", "TVs", "CPUs", "Digital Cameras", "Microwaves")

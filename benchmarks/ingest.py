@@ -164,8 +164,8 @@ def generate_synth(data: Path, n_listings: int, n_clicks: int, seed: int) -> tup
 
 def child(clicks: str, catalog: str, out: str) -> None:
     """Run in a fresh process: the plain-read baseline, then ingest; print timings as JSON."""
-    from pairsieve import ingest
     from pairsieve.config import PairsieveConfig
+    from pairsieve.ingest import stage as ingest
 
     started = time.perf_counter()
     pl.read_parquet(clicks).height + pl.read_parquet(catalog).height

@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ingest import generate_fast  # noqa: E402 - the sibling benchmark's generator
 
-from pairsieve import ingest  # noqa: E402
-from pairsieve.memory import ingest_need_mb  # noqa: E402
+from pairsieve.core.memory import ingest_need_mb  # noqa: E402
+from pairsieve.ingest import stage as ingest
 
 
 def _peak_rss_mb() -> float:

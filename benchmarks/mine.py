@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from pairsieve import mine
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import synth
 from pairsieve.datasets.clicklog import derive_clicks
 from pairsieve.datasets.pricerunner import load_catalog
-from pairsieve.embed import EmbeddingCache, load_encoder
+from pairsieve.mine import stage as mine
+from pairsieve.vectors.embed import EmbeddingCache, load_encoder
 
 DIM = 384
 

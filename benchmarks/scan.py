@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from pairsieve import knn
+from pairsieve.vectors import knn
 
 
 def inputs(n: int, m: int, dim: int = 384, seed: int = 0):

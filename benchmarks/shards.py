@@ -18,9 +18,10 @@ import time
 import numpy as np
 import polars as pl
 
-from pairsieve import batching, shards
 from pairsieve import schemas as S
 from pairsieve.config import build_config
+from pairsieve.shards import batching
+from pairsieve.shards import stage as shards
 
 
 def synthetic_rows(n: int, n_products: int, seed: int = 0):

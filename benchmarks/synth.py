@@ -18,8 +18,8 @@ from pathlib import Path
 
 import polars as pl
 
+from pairsieve.core.io import write_parquet
 from pairsieve.datasets.synth import SynthOptions, generate
-from pairsieve.io import write_parquet
 
 
 def main() -> None:

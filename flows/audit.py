@@ -1,4 +1,4 @@
-"""Deployment entrypoint of the `audit` flow (the flow is `pairsieve.pipeline.audit`).
+"""Deployment entrypoint of the `audit` flow (the flow is `pairsieve.orchestration.flows.audit`).
 
 Audits run on demand with the dataset as a parameter (`prefect deployment run
 'audit/pairsieve-audit' -p dataset=... -p out=...`), or weekly when a schedule is given.
@@ -6,7 +6,7 @@ Audits run on demand with the dataset as a parameter (`prefect deployment run
 
 from __future__ import annotations
 
-from pairsieve.pipeline import AUDIT_SCHEDULE, audit, audit_deployment
+from pairsieve.orchestration.flows import AUDIT_SCHEDULE, audit, audit_deployment
 
 __all__ = ["audit"]
 

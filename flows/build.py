@@ -1,4 +1,4 @@
-"""Deployment entrypoint of the scheduled `build` flow (the flow is `pairsieve.pipeline.build`).
+"""Deployment entrypoint of the scheduled `build` flow (`pairsieve.orchestration.flows.build`).
 
 `prefect deploy` reads `flows/prefect.yaml` (entrypoint `flows/build.py:build`);
 `python flows/build.py` serves the deployment from this process, like `pairsieve serve`.
@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from pairsieve.pipeline import BUILD_SCHEDULE, build, build_deployment
+from pairsieve.orchestration.flows import BUILD_SCHEDULE, build, build_deployment
 
 __all__ = ["build"]
 

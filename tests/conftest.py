@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.paths import SHARED_DATA
+
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -15,9 +17,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["PREFECT_SERVER_API_MAX_PARAMETER_SIZE"] = "4096"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
-SAMPLE_DIR = REPO / "data" / "sample"
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +31,7 @@ def shared_data() -> Path:
 def encoder():
     """The real bundled MiniLM, loaded once per session (~10 s)."""
     from pairsieve.config import EmbedConfig
-    from pairsieve.embed import load_encoder
+    from pairsieve.vectors.embed import load_encoder
 
     return load_encoder(EmbedConfig())
 

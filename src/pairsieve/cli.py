@@ -143,7 +143,7 @@ def run_build(
     previous: Path | None = None,
 ) -> dict[str, Any]:
     """Run the Prefect `build` flow and print what each stage did."""
-    from pairsieve.pipeline import build
+    from pairsieve.orchestration.flows import build
 
     summary = build(
         clicks=clicks,
@@ -212,7 +212,7 @@ def verify_cmd(
     build_dir: Annotated[Path, typer.Argument(help="A published build folder (--out of build).")],
 ) -> None:
     """Check every shard against manifest.json: exit 1 on a mismatch, missing or extra file."""
-    from pairsieve.publish import verify
+    from pairsieve.orchestration.publish import verify
 
     problems = verify(build_dir)
     for problem in problems:
@@ -233,7 +233,7 @@ def serve_cmd(
     overrides: SetOpt = None,
 ) -> None:
     """Serve the `build` and `audit` deployments (scheduled build) from this process."""
-    from pairsieve.pipeline import serve_deployments
+    from pairsieve.orchestration.flows import serve_deployments
 
     cfg = config_from_cli(config, overrides)
     parameters = {"clicks": clicks, "catalog": catalog, "out": str(out)}
@@ -256,8 +256,8 @@ def ingest_command(
     """Validate the click log and catalog into OUT/ingest/ (clicks, listings, quarantine).
 
     The same step `pairsieve build` runs first, so a build into the same OUT skips it."""
-    from pairsieve.memory import watch
-    from pairsieve.steps import ingest_step
+    from pairsieve.core.memory import watch
+    from pairsieve.orchestration.steps import ingest_step
 
     cfg = config_from_cli(config, overrides)
     created = not out.exists()
@@ -291,7 +291,7 @@ def audit_command(
     overrides: SetOpt = None,
 ) -> None:
     """Report a dataset's false-negative rate and in-batch collisions into OUT/report.html|json."""
-    from pairsieve.pipeline import audit
+    from pairsieve.orchestration.flows import audit
 
     cfg = config_from_cli(config, overrides)
     result = audit(
@@ -348,7 +348,7 @@ def cluster_command(
     overrides: SetOpt = None,
 ) -> None:
     """Cluster listings into products: OUT/products.parquet and OUT/pairs.parquet."""
-    from pairsieve import cluster
+    from pairsieve.cluster import stage as cluster
 
     cfg = config_from_cli(config, overrides)
     result = cluster.run(cfg, catalog, out)
@@ -376,7 +376,7 @@ def eval_command(
     """Pairwise and B-cubed P/R/F1 of pairsieve and the baselines against a truth column."""
     from rich.table import Table
 
-    from pairsieve import evaluate
+    from pairsieve.cluster import evaluate
 
     cfg = config_from_cli(config, overrides)
     frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
@@ -419,7 +419,8 @@ def mine_eval_command(  # noqa: PLR0913 - one parameter per CLI option
     overrides: SetOpt = None,
 ) -> None:
     """False-negative rate of mined negatives: naive vs margin vs product exclusion vs both."""
-    from pairsieve import evaluate, mine_eval
+    from pairsieve.cluster import evaluate
+    from pairsieve.mine import evaluate as mine_eval
 
     cfg = config_from_cli(config, overrides)
     frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)

@@ -26,7 +26,7 @@ from sentence_transformers.util import all_gather, all_gather_with_grad, cos_sim
 from torch import Tensor
 
 from pairsieve import schemas as S
-from pairsieve.batching import BatchPlan, plan_product_disjoint
+from pairsieve.shards.batching import BatchPlan, plan_product_disjoint
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,8 @@ class ProductDisjointBatchSampler(DefaultBatchSampler):
 
     Pass the class as `SentenceTransformerTrainingArguments(batch_sampler=...)`; the trainer builds
     it with the dataset, batch size and seed. Each epoch shuffles rows with (seed, epoch) and places
-    them with `pairsieve.batching.plan_product_disjoint` (also keeping one anchor text per batch).
+    them with `pairsieve.shards.batching.plan_product_disjoint` (also keeping one anchor text per
+    batch).
     `__len__` is the number of batches the current epoch's plan yields, exactly, so every rank of a
     distributed run agrees and none hangs waiting for a batch another never sends. Rows a plan
     cannot place (a head product with more rows than there are batches) sit out that epoch.

@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from pairsieve import schemas as S
+from pairsieve.core.io import PARQUET_OPTIONS, atomic_path
 from pairsieve.datasets.clicklog import (
     COLOURS,
     ClickModel,
@@ -39,7 +40,6 @@ from pairsieve.datasets.clicklog import (
 )
 from pairsieve.datasets.synth_vocab import CATEGORIES, REGIONS, SIZE_FORMS
 from pairsieve.errors import PairsieveError
-from pairsieve.io import PARQUET_OPTIONS, atomic_path
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""Audit a contrastive dataset built elsewhere for false negatives."""

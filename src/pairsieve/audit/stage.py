@@ -1,0 +1,437 @@
+"""`pairsieve audit`: how many false negatives does a contrastive dataset built elsewhere hold?
+
+Reads a dataset as sentence-transformers' `mine_hard_negatives` writes it (`anchor`,
+`positive`, `negative` or `negative_1` … `negative_k`; pairsieve's own train shards have the same
+shape) or as FlagEmbedding writes it (JSONL `query`, `pos` list, `neg` list; one row per
+positive). Every text it contains, plus the catalog when given, is clustered into products with
+`pairsieve.cluster.stage`; a negative is a *false negative* when it is its row's positive
+product (an exact copy of the positive text included). ``false_negative_rate`` = false negatives /
+all negatives. The report adds in-batch collisions per batch size (κ at text and product level, and
+replayed in file order and a seeded shuffle) and, with the encoder's scores, what those false
+negatives cost at each temperature.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.config import PairsieveConfig
+from pairsieve.core.contract import StageResult
+from pairsieve.errors import PairsieveError
+from pairsieve.report import sections as R
+from pairsieve.report.stage import (
+    REPORT_SCHEMA_VERSION,
+    padded,
+    recommendations_section,
+    write_report,
+)
+
+log = logging.getLogger(__name__)
+
+NEGATIVES = "negatives"  # list[str] column of the normalised dataset
+_SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".json")
+EXAMPLES = 10  # false-negative examples shown in the report
+
+
+def dataset_files(path: Path) -> list[Path]:
+    """The data files of ``path``: itself, or the parquet/JSONL files of a folder (only
+    ``train-*.parquet`` for a pairsieve shards folder, whose meta files are not training rows).
+
+    Raises:
+        PairsieveError: ``missing_file`` when nothing readable is there.
+    """
+    if path.is_dir():
+        files = sorted(path.glob("train-*.parquet")) or sorted(
+            f for f in path.iterdir() if f.suffix.lower() in _SUFFIXES
+        )
+    else:
+        files = [path] if path.is_file() else []
+    if not files:
+        raise PairsieveError("missing_file", "no parquet/JSONL dataset found", file=str(path))
+    return files
+
+
+def _read_one(path: Path) -> pl.DataFrame:
+    if path.suffix.lower() == ".parquet":
+        return pl.read_parquet(path)
+    if path.suffix.lower() in _SUFFIXES:
+        return pl.read_ndjson(path)
+    raise PairsieveError("bad_format", "dataset must be parquet or JSONL", file=str(path))
+
+
+def _negative_columns(columns: list[str]) -> list[str]:
+    numbered = [c for c in columns if c.startswith("negative_") and c[9:].isdigit()]
+    numbered.sort(key=lambda c: int(c[9:]))
+    return (["negative"] if "negative" in columns else []) + numbered
+
+
+def normalise_dataset(frame: pl.DataFrame, source: str) -> pl.DataFrame:
+    """(anchor, positive, negatives: list[str]) from either supported layout.
+
+    Raises:
+        PairsieveError: ``missing_column`` naming the file and the absent column.
+    """
+    if S.ANCHOR in frame.columns:
+        if S.POSITIVE not in frame.columns:
+            raise PairsieveError(
+                "missing_column", "no positive column", file=source, column=S.POSITIVE
+            )
+        negs = _negative_columns(frame.columns)
+        if not negs:
+            raise PairsieveError(
+                "missing_column",
+                "no negative or negative_1 … columns",
+                file=source,
+                column="negative_1",
+            )
+        return frame.select(
+            pl.col(S.ANCHOR).cast(pl.String),
+            pl.col(S.POSITIVE).cast(pl.String),
+            pl.concat_list([pl.col(c).cast(pl.String) for c in negs]).alias(NEGATIVES),
+        )
+    for column in ("query", "pos", "neg"):
+        if column not in frame.columns:
+            raise PairsieveError(
+                "missing_column",
+                "expected anchor/positive/negative_* (sentence-transformers) or query/pos/neg "
+                "(FlagEmbedding) columns",
+                file=source,
+                column=column,
+            )
+    return (
+        frame.select(
+            pl.col("query").cast(pl.String).alias(S.ANCHOR),
+            _as_list(frame, "pos").alias(S.POSITIVE),
+            _as_list(frame, "neg").cast(pl.List(pl.String)).alias(NEGATIVES),
+        )
+        .explode(S.POSITIVE)
+        .with_columns(pl.col(S.POSITIVE).cast(pl.String))
+    )
+
+
+def _as_list(frame: pl.DataFrame, column: str) -> pl.Expr:
+    """A list column as is; a single text per row as a one-element list."""
+    if isinstance(frame.schema[column], pl.List):
+        return pl.col(column)
+    return pl.concat_list(pl.col(column).cast(pl.String))
+
+
+def read_dataset(path: Path) -> tuple[pl.DataFrame, dict[str, int]]:
+    """All rows of the dataset in file order, and rows dropped per reason (missing texts)."""
+    frames = [normalise_dataset(_read_one(f), str(f)) for f in dataset_files(path)]
+    data = pl.concat(frames).with_columns(pl.col(NEGATIVES).list.drop_nulls())
+    missing = pl.col(S.ANCHOR).is_null() | pl.col(S.POSITIVE).is_null()
+    dropped = {
+        "missing_anchor_or_positive": int(data.select(missing.sum()).item()),
+        "no_negatives": int(
+            data.filter(~missing).select((pl.col(NEGATIVES).list.len() == 0).sum()).item()
+        ),
+    }
+    kept = data.filter(~missing & (pl.col(NEGATIVES).list.len() > 0))
+    return kept, dropped
+
+
+def listings_for(data: pl.DataFrame, catalog: pl.DataFrame | None) -> pl.DataFrame:
+    """One listing per distinct dataset text (id ``t`` + hash) plus the catalog's listings; a
+    dataset text equal to a catalog title maps to that title's catalog listings instead."""
+    texts = pl.concat([data[S.POSITIVE], data[NEGATIVES].explode()]).drop_nulls().unique().sort()
+    own = pl.DataFrame({S.TITLE: texts}).with_columns(
+        pl.col(S.TITLE)
+        .map_elements(lambda t: "t" + S.stable_hash(t), pl.String)
+        .alias(S.LISTING_ID)
+    )
+    if catalog is None:
+        return own.select(S.LISTING_ID, S.TITLE)
+    cat = catalog.with_columns(
+        pl.col(S.LISTING_ID).cast(pl.String), pl.col(S.TITLE).cast(pl.String)
+    )
+    own = own.join(cat.select(S.TITLE), on=S.TITLE, how="anti")
+    return pl.concat([cat, own.select(S.LISTING_ID, S.TITLE)], how="diagonal_relaxed")
+
+
+def cluster_texts(
+    cfg: PairsieveConfig, listings: pl.DataFrame, work_dir: Path, encoder: Any
+) -> pl.DataFrame:
+    """(title, product_id) for every distinct text, via the cluster stage (files in work_dir)."""
+    from pairsieve.cluster import stage as cluster
+
+    cluster.run(cfg, listings, work_dir, encoder)
+    products = pl.read_parquet(work_dir / S.PRODUCTS_FILE)
+    return (
+        listings.select(S.LISTING_ID, S.TITLE)
+        .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
+        .sort(S.LISTING_ID)
+        .unique(S.TITLE, keep="first")
+        .select(S.TITLE, S.PRODUCT_ID)
+    )
+
+
+def label_rows(data: pl.DataFrame, product_of: pl.DataFrame) -> pl.DataFrame:
+    """Adds positive_product_id, negative_product_ids and per-negative false-negative flags."""
+    lookup = dict(
+        zip(product_of[S.TITLE].to_list(), product_of[S.PRODUCT_ID].to_list(), strict=True)
+    )
+    pos_products = [lookup[t] for t in data[S.POSITIVE].to_list()]
+    neg_products = [[lookup[t] for t in negs] for negs in data[NEGATIVES].to_list()]
+    flags = [[n == p for n in negs] for p, negs in zip(pos_products, neg_products, strict=True)]
+    return data.with_columns(
+        pl.Series(S.POSITIVE_PRODUCT_ID, pos_products, dtype=pl.String),
+        pl.Series(S.NEGATIVE_PRODUCT_IDS, neg_products, dtype=pl.List(pl.String)),
+        pl.Series("_false", flags, dtype=pl.List(pl.Boolean)),
+    )
+
+
+def row_scores(cfg: PairsieveConfig, data: pl.DataFrame, encoder: Any) -> pl.DataFrame:
+    """Adds the encoder's cosine of each anchor with its positive and with each negative."""
+    from pairsieve.vectors.embed import embed_texts, shared_cache
+
+    texts = pl.concat([data[S.ANCHOR], data[S.POSITIVE], data[NEGATIVES].explode()]).unique()
+    texts = texts.sort().to_list()
+    vectors, _ = embed_texts(texts, encoder, shared_cache(cfg.cache_dir, encoder.model_key))
+    index = {t: i for i, t in enumerate(texts)}
+    anchors = vectors[[index[t] for t in data[S.ANCHOR].to_list()]]  # (rows, d) float32
+    positives = vectors[[index[t] for t in data[S.POSITIVE].to_list()]]
+    pos_scores = np.einsum("ij,ij->i", anchors, positives)
+    neg_scores = [
+        (vectors[[index[t] for t in negs]] @ anchor).tolist()
+        for anchor, negs in zip(anchors, data[NEGATIVES].to_list(), strict=True)
+    ]
+    return data.with_columns(
+        pl.Series(S.POSITIVE_SCORE, pos_scores, dtype=pl.Float64),
+        pl.Series(S.NEGATIVE_SCORES, neg_scores, dtype=pl.List(pl.Float64)),
+    )
+
+
+def audit_section(source: Path, labelled: pl.DataFrame) -> dict[str, Any]:
+    """The dataset's false-negative rate, exact copies apart, with examples."""
+    negatives = int(labelled[NEGATIVES].list.len().sum())
+    false = int(labelled["_false"].list.sum().sum())
+    pairs = labelled.select(S.POSITIVE, NEGATIVES).explode(NEGATIVES)
+    exact = int((pairs[NEGATIVES] == pairs[S.POSITIVE]).sum())
+    rows_hit = int((labelled["_false"].list.sum() > 0).sum())
+    figures = {
+        "dataset": str(source),
+        "rows": labelled.height,
+        "negatives": negatives,
+        "false_negatives": false,
+        "false_negative_rate": false / negatives if negatives else 0.0,
+        "exact_copy_negatives": exact,
+        "exact_copy_rate": exact / negatives if negatives else 0.0,
+        "share_of_rows_with_false_negative": rows_hit / max(labelled.height, 1),
+    }
+    columns = [S.ANCHOR, S.POSITIVE, NEGATIVES, "_false"]
+    has_scores = S.NEGATIVE_SCORES in labelled.columns
+    examples = (
+        labelled.select(*columns, *([S.NEGATIVE_SCORES] if has_scores else []))
+        .explode([NEGATIVES, "_false", *([S.NEGATIVE_SCORES] if has_scores else [])])
+        .filter(pl.col("_false"))
+        .drop("_false")
+        .rename({NEGATIVES: "negative (same product)"})
+    )
+    if has_scores:
+        examples = examples.sort(S.NEGATIVE_SCORES, descending=True).rename(
+            {S.NEGATIVE_SCORES: "score"}
+        )
+    return R.section(
+        "Audit: false negatives in the dataset",
+        figures=figures,
+        tables={"false negatives, highest scoring first": examples.head(EXAMPLES).to_dicts()},
+        charts=[
+            R.chart(
+                "false-negative-rate",
+                "Share of the dataset's negatives that are the positive",
+                ["exact copy of the positive text", "same product (pairsieve clusters)"],
+                {
+                    "share of negatives": [
+                        figures["exact_copy_rate"],
+                        figures["false_negative_rate"],
+                    ]
+                },
+            )
+        ],
+        notes=[
+            "A false negative is a negative that pairsieve clusters into its row's positive "
+            "product; exact copies are the ones a text-equality check would also catch."
+        ],
+    )
+
+
+def batches_from_rows(cfg: PairsieveConfig, labelled: pl.DataFrame) -> dict[str, Any]:
+    """κ tables over the rows' positives, and collisions replayed in file order and shuffled."""
+    products = (
+        pl.concat([labelled[S.POSITIVE_PRODUCT_ID], labelled[S.NEGATIVE_PRODUCT_IDS].explode()])
+        .unique()
+        .sort()
+        .to_list()
+    )
+    code = {p: i for i, p in enumerate(products)}
+    positives = np.array([code[p] for p in labelled[S.POSITIVE_PRODUCT_ID].to_list()])
+    neg_lists = labelled[S.NEGATIVE_PRODUCT_IDS].to_list()
+    negatives = np.full((len(neg_lists), max(len(n) for n in neg_lists)), -1, dtype=np.int64)
+    for i, negs in enumerate(neg_lists):
+        negatives[i, : len(negs)] = [code[p] for p in negs]
+    replay = {
+        "positives": positives,
+        "negatives": negatives,
+        "batch_size": cfg.shards.batch_size,
+        "orders": ["file order", "seeded shuffle"],
+    }
+    return R.batches_section(cfg, labelled[S.POSITIVE].to_numpy(), positives, replay)
+
+
+def _split(scores: list[list[float]], flags: list[list[bool]], keep: bool) -> list[list[float]]:
+    return [
+        [s for s, f in zip(row, fl, strict=True) if f == keep]
+        for row, fl in zip(scores, flags, strict=True)
+    ]
+
+
+def score_sections(cfg: PairsieveConfig, labelled: pl.DataFrame) -> tuple[dict, dict]:
+    """Temperature and hard-negative sections from the encoder's scores."""
+    flags = labelled["_false"].to_list()
+    scores = labelled[S.NEGATIVE_SCORES].to_list()
+    false, true = _split(scores, flags, True), _split(scores, flags, False)
+    positive_scores = labelled[S.POSITIVE_SCORE].to_numpy()
+    temperature = R.temperature_section(cfg, positive_scores, padded(false), padded(true))
+    n_false = sum(len(x) for x in false)
+    hard = R.hard_negatives_section(
+        {"negatives": n_false + sum(len(x) for x in true), "false_negatives": n_false},
+        {},
+        {
+            "positives": positive_scores,
+            "true negatives": np.array([s for row in true for s in row]),
+            "false negatives": np.array([s for row in false for s in row]),
+        },
+    )
+    return temperature, hard
+
+
+def read_catalog(path: Path) -> pl.DataFrame:
+    """A catalog file (parquet, JSONL or CSV) with at least listing_id and title.
+
+    Raises:
+        PairsieveError: ``missing_file``, ``bad_format`` or ``missing_column``.
+    """
+    if not path.is_file():
+        raise PairsieveError("missing_file", "catalog not found", file=str(path))
+    frame = (
+        pl.read_csv(path, infer_schema=False) if path.suffix.lower() == ".csv" else _read_one(path)
+    )
+    for column in S.CATALOG_REQUIRED:
+        if column not in frame.columns:
+            raise PairsieveError(
+                "missing_column", "catalog lacks a column", file=str(path), column=column
+            )
+    return frame.drop_nulls([S.LISTING_ID, S.TITLE]).unique(S.LISTING_ID, keep="first")
+
+
+def quality_from_catalog(
+    cfg: PairsieveConfig, catalog: pl.DataFrame | None, work_dir: Path
+) -> dict[str, Any] | None:
+    truth = cfg.ingest.truth_column
+    if catalog is None or not truth or truth not in catalog.columns:
+        return None
+    products = pl.read_parquet(work_dir / S.PRODUCTS_FILE)
+    joined = catalog.select(pl.col(S.LISTING_ID).cast(pl.String), truth).join(
+        products, on=S.LISTING_ID
+    )
+    return R.quality_section(joined[S.PRODUCT_ID], joined[truth])
+
+
+def build_report(  # noqa: PLR0913 - the audit's inputs, already read
+    cfg: PairsieveConfig,
+    dataset: Path,
+    catalog: pl.DataFrame | None,
+    labelled: pl.DataFrame,
+    listings: pl.DataFrame,
+    out_dir: Path,
+) -> dict[str, Any]:
+    """The audit's report dict: the same sections as a build report, from the labelled rows."""
+    temperature, hard = score_sections(cfg, labelled)
+    work_dir = out_dir / "cluster"
+    audit = audit_section(dataset, labelled)
+    report: dict[str, Any] = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "kind": "audit",
+        "title": "pairsieve audit: false negatives in a contrastive dataset",
+        "subtitle": f"dataset {dataset}",
+        "false_negative_rate": audit["figures"]["false_negative_rate"],
+        "audit": audit,
+        "duplicates": R.duplicates_section(
+            pl.read_parquet(work_dir / S.PRODUCTS_FILE),
+            listings.select(S.LISTING_ID, S.TITLE),
+            pl.read_parquet(work_dir / S.PAIRS_FILE),
+            cfg.report.largest_clusters,
+        ),
+        "batches": batches_from_rows(cfg, labelled),
+        "temperature": temperature,
+        "hard_negatives": hard,
+        "quality": quality_from_catalog(cfg, catalog, work_dir),
+    }
+    report["missing"] = (
+        ["quality: no catalog with the truth column (ingest.truth_column)"]
+        if report["quality"] is None
+        else []
+    )
+    return report
+
+
+def run(
+    cfg: PairsieveConfig,
+    dataset: Path,
+    catalog: Path | None,
+    out_dir: Path,
+    encoder: Any = None,
+) -> StageResult:
+    """Audit ``dataset`` (and cluster with ``catalog``): writes report.html and report.json (top
+    key ``false_negative_rate``) into ``out_dir`` and the clustering into ``out_dir/cluster``.
+
+    Raises:
+        PairsieveError: ``missing_file``, ``bad_format``, ``missing_column``, ``empty_input``.
+    """
+    from pairsieve.vectors.embed import load_encoder
+
+    started = time.perf_counter()
+    out_dir = Path(out_dir)
+    data, dropped = read_dataset(Path(dataset))
+    if data.is_empty():
+        raise PairsieveError(
+            "empty_input", "no row with anchor, positive and a negative", file=str(dataset)
+        )
+    catalog_df = read_catalog(Path(catalog)) if catalog else None
+    encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
+    listings = listings_for(data, catalog_df)
+    product_of = cluster_texts(cfg, listings, out_dir / "cluster", encoder)
+    labelled = row_scores(cfg, label_rows(data, product_of), encoder)
+    report = build_report(cfg, Path(dataset), catalog_df, labelled, listings, out_dir)
+    report["accounting"] = R.section(
+        "Accounting",
+        tables={
+            "rows": [
+                {
+                    "rows_read": data.height + sum(dropped.values()),
+                    "rows_audited": data.height,
+                    **dropped,
+                    "texts": listings.height,
+                }
+            ]
+        },
+    )
+    report["recommendations"] = recommendations_section(cfg, report)
+    outputs = write_report(report, out_dir)
+    return StageResult(
+        stage="audit",
+        rows_in=data.height + sum(dropped.values()),
+        rows_out=data.height,
+        dropped_by_reason=dropped,
+        timings={"audit_s": round(time.perf_counter() - started, 3)},
+        outputs=outputs,
+        details={k: v for k, v in report["audit"]["figures"].items() if k != "dataset"},
+    )

@@ -1,0 +1,1 @@
+"""Stage 2: cluster listings into product ids (candidates, pair verification, linkage)."""

@@ -1,0 +1,1 @@
+"""Shared plumbing every stage stands on: the stage contract, parquet I/O, memory, parallelism."""

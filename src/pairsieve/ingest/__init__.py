@@ -1,0 +1,1 @@
+"""Stage 1: validate the click log and the catalog, quarantine bad rows with reasons."""

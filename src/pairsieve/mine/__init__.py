@@ -1,0 +1,1 @@
+"""Stage 3: mine hard negatives that exclude the positive's product and respect a margin."""

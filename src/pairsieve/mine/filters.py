@@ -1,0 +1,298 @@
+"""The filter half of hard-negative mining: a pure, vectorised function of a candidate table and
+the positives' scores that stamps every candidate of every (query, positive) pair with the first
+reason that drops it (`REASONS`, in precedence order) or keeps it.
+
+Kept apart from retrieval (`pairsieve.mine.stage`) so that every filter and reason code can be
+tested on hand-built score tables, and so that the same code judges every variant of `mine-eval`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.config import MineConfig
+from pairsieve.text import attributes as text
+from pairsieve.text import match
+
+# Drop reasons in precedence order: a candidate gets the first that applies. Identity checks come
+# first (click evidence before cluster evidence), then score filters, then the selection steps.
+REASONS = (
+    "same_listing",  # the pair's positive itself
+    "other_positive",  # another listing clicked for the same query
+    "same_product",  # a listing of the product of any of the query's positives
+    "margin",  # within absolute/relative margin of the query's weakest positive
+    "max_score",  # scores above mine.max_score
+    "min_score",  # scores below mine.min_score
+    "range_min",  # one of the first mine.range_min survivors, skipped on purpose
+    "product_repeat",  # a second survivor of a product already represented
+    "possible_duplicate",  # nothing in its title tells it apart from the positive (see config)
+    "not_sampled",  # eligible, but beyond the num_negatives taken by `sampling`
+)
+_PRODUCT = "_product"
+_POSITIVE_PRODUCT = "_positive_product"
+NEGATIVE_COLUMNS = (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.RANK, S.SCORE,
+                     S.POSITIVE_SCORE)  # fmt: skip
+
+
+def with_ranks(candidates: pl.DataFrame) -> pl.DataFrame:
+    """Add each candidate's 1-based rank in its query's list (score desc, ties by listing id)."""
+    return (
+        candidates.with_columns(pl.col(S.SCORE).cast(pl.Float32))
+        .sort([S.QUERY, S.SCORE, S.NEGATIVE_LISTING_ID], descending=[False, True, False])
+        .with_columns(pl.int_range(1, pl.len() + 1, dtype=pl.Int32).over(S.QUERY).alias(S.RANK))
+    )
+
+
+def _margin_limit(weakest: pl.Expr, cfg: MineConfig) -> pl.Expr:
+    """Highest score a candidate may have: the tightest of the configured margins.
+
+    The relative margin subtracts |pos|*m, so it still lowers the limit when the weakest positive
+    scores below zero (pos*(1-m) would raise it there).
+    """
+    limits = []
+    if cfg.absolute_margin is not None:
+        limits.append(weakest - cfg.absolute_margin)
+    if cfg.relative_margin is not None:
+        limits.append(weakest - weakest.abs() * cfg.relative_margin)
+    return pl.min_horizontal(limits) if limits else pl.lit(float("inf"))
+
+
+def _limits(positives: pl.DataFrame, cfg: MineConfig) -> pl.DataFrame:
+    """(query, _limit): the highest score the margin lets a candidate of the query have."""
+    weakest = pl.col(S.POSITIVE_SCORE).cast(pl.Float32).min()
+    return positives.group_by(S.QUERY).agg(_margin_limit(weakest, cfg).alias("_limit"))
+
+
+def score_ceilings(positives: pl.DataFrame, names: pl.Series, cfg: MineConfig) -> np.ndarray:
+    """Per query of ``names`` (in order): the score above which no candidate can survive, the
+    tighter of the margin limit and ``max_score``."""
+    max_score = cfg.max_score if cfg.max_score is not None else float("inf")
+    limits = names.to_frame(S.QUERY).join(
+        _limits(positives, cfg), on=S.QUERY, how="left", maintain_order="left"
+    )
+    return np.minimum(limits["_limit"].fill_null(float("inf")).to_numpy(), max_score)
+
+
+def short_queries(positives: pl.DataFrame, kept: pl.DataFrame, num_negatives: int) -> pl.Series:
+    """Queries with at least one pair that kept fewer than ``num_negatives`` negatives."""
+    per_pair = positives.select(S.QUERY, S.POSITIVE_LISTING_ID).join(
+        kept.group_by(S.QUERY, S.POSITIVE_LISTING_ID).len("_n"),
+        on=[S.QUERY, S.POSITIVE_LISTING_ID],
+        how="left",
+    )
+    return per_pair.filter(pl.col("_n").fill_null(0) < num_negatives)[S.QUERY].unique()
+
+
+def _text_keys(values: pl.Series) -> pl.Series:
+    """uint64 key per string from blake2b: stable across processes and library versions."""
+    distinct = values.unique().sort()
+    keys = [
+        int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "big")
+        for v in distinct.to_list()
+    ]
+    lookup = pl.DataFrame({"_v": distinct, "_k": pl.Series(keys, dtype=pl.UInt64)})
+    return values.to_frame("_v").join(lookup, on="_v", how="left", maintain_order="left")["_k"]
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser over uint64 arrays (wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _random_keys(table: pl.DataFrame, seed: int) -> pl.Series:
+    """A seeded pseudo-random uint64 per (query, positive, negative): depends on those ids and
+    the seed only, so the sample does not change with input order or with other rows."""
+    mixed = np.full(table.height, np.uint64(seed & 0xFFFF_FFFF_FFFF_FFFF), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for column in (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID):
+            mixed = _splitmix(mixed ^ _text_keys(table[column]).to_numpy())
+    return pl.Series("_key", mixed, dtype=pl.UInt64)
+
+
+def _stamp_filters(
+    candidates: pl.DataFrame, positives: pl.DataFrame, products: pl.DataFrame, cfg: MineConfig
+) -> pl.DataFrame:
+    """Every (pair, candidate) row with the first score/identity reason that drops it, or null."""
+    product_of = products.select(S.LISTING_ID, pl.col(S.PRODUCT_ID).alias(_PRODUCT))
+    ranked = candidates if S.RANK in candidates.columns else with_ranks(candidates)
+    ranked = (
+        ranked.with_columns(pl.col(S.SCORE).cast(pl.Float32))
+        .join(product_of, left_on=S.NEGATIVE_LISTING_ID, right_on=S.LISTING_ID, how="left")
+        .with_columns(pl.col(_PRODUCT).fill_null(pl.col(S.NEGATIVE_LISTING_ID)))
+    )
+    pos = positives.join(
+        product_of, left_on=S.POSITIVE_LISTING_ID, right_on=S.LISTING_ID, how="left"
+    ).with_columns(
+        pl.col(_PRODUCT).fill_null(pl.col(S.POSITIVE_LISTING_ID)).alias(_POSITIVE_PRODUCT),
+        pl.col(S.POSITIVE_SCORE).cast(pl.Float32),
+    )
+    limit = _limits(pos, cfg)
+    clicked = pos.select(
+        S.QUERY,
+        pl.col(S.POSITIVE_LISTING_ID).alias(S.NEGATIVE_LISTING_ID),
+        pl.lit(True).alias("_clicked"),
+    ).unique()
+    positive_products = pos.select(
+        S.QUERY, pl.col(_POSITIVE_PRODUCT).alias(_PRODUCT), pl.lit(True).alias("_pos_product")
+    ).unique()
+    table = (
+        pos.select(S.QUERY, S.POSITIVE_LISTING_ID, S.POSITIVE_SCORE)
+        .join(ranked, on=S.QUERY)
+        .join(limit, on=S.QUERY)
+        .join(clicked, on=[S.QUERY, S.NEGATIVE_LISTING_ID], how="left")
+        .join(positive_products, on=[S.QUERY, _PRODUCT], how="left")
+    )
+    score = pl.col(S.SCORE)
+    reason = (
+        pl.when(pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID))
+        .then(pl.lit("same_listing"))
+        .when(pl.col("_clicked").fill_null(False))
+        .then(pl.lit("other_positive"))
+        .when(pl.col("_pos_product").fill_null(False))
+        .then(pl.lit("same_product"))
+        .when(score > pl.col("_limit"))
+        .then(pl.lit("margin"))
+        .when(score > (cfg.max_score if cfg.max_score is not None else float("inf")))
+        .then(pl.lit("max_score"))
+        .when(score < (cfg.min_score if cfg.min_score is not None else float("-inf")))
+        .then(pl.lit("min_score"))
+    )
+    return table.with_columns(reason.alias(S.REASON)).drop("_limit", "_clicked", "_pos_product")
+
+
+def _possible_duplicates(
+    pairs: list[tuple[str, str]], texts: dict[str, str], min_jaccard: float
+) -> list[bool]:
+    """For (positive, candidate) listing ids: True when no extracted attribute tells the two
+    titles apart (`match.conflict`) and their word Jaccard reaches ``min_jaccard``."""
+    attrs: dict[str, text.Attributes] = {}
+
+    def attributes(listing_id: str) -> text.Attributes:
+        if listing_id not in attrs:
+            attrs[listing_id] = text.extract_attributes(texts.get(listing_id, ""))
+        return attrs[listing_id]
+
+    flags = []
+    for positive, candidate in pairs:
+        a, b = attributes(positive), attributes(candidate)
+        flags.append(match.conflict(a, b) is None and match.jaccard(a, b) >= min_jaccard)
+    return flags
+
+
+def _guard_taken(table: pl.DataFrame, texts: dict[str, str], cfg: MineConfig) -> pl.DataFrame:
+    """Stamp `possible_duplicate` on candidates about to be taken, refilling until each pair has
+    num_negatives unflagged ones or runs out. Lazy because the check costs ~100 us per pair in
+    Python: only ~num_negatives candidates per pair are ever checked, not all range_max. Each
+    refill looks only at the unchecked survivors of pairs that lost one to the last check, so a
+    round costs what it checks, not the whole table. ``table`` is sorted by pair."""
+    pair = pl.struct(S.QUERY, S.POSITIVE_LISTING_ID).rle_id().alias("_pair")
+    pending = (
+        table.select(pair, pl.col(S.REASON).is_null().alias("_alive"))
+        .with_row_index("_row")
+        .filter("_alive")
+        .select("_row", "_pair", pl.lit(cfg.num_negatives, pl.UInt32).alias("_need"))
+    )
+    flagged = np.zeros(table.height, dtype=bool)
+    positives, candidates = table[S.POSITIVE_LISTING_ID], table[S.NEGATIVE_LISTING_ID]
+    while pending.height:
+        pending = pending.with_columns(
+            (pl.int_range(pl.len(), dtype=pl.UInt32).over("_pair") < pl.col("_need")).alias("_todo")
+        )
+        todo = pending.filter("_todo")
+        rows = todo["_row"]
+        ids = zip(positives.gather(rows).to_list(), candidates.gather(rows).to_list(), strict=True)
+        flags = pl.Series(
+            _possible_duplicates(list(ids), texts, cfg.duplicate_guard_jaccard or 0.0)
+        )
+        flagged[rows.filter(flags).to_numpy()] = True
+        lost = todo.filter(flags).group_by("_pair").len("_need")  # each needs that many more
+        pending = (
+            pending.filter(~pl.col("_todo"))
+            .drop("_need", "_todo")
+            .join(lost, on="_pair", maintain_order="left")
+        )
+    return table.with_columns(
+        pl.when(pl.Series(flagged))
+        .then(pl.lit("possible_duplicate"))
+        .otherwise(pl.col(S.REASON))
+        .alias(S.REASON)
+    )
+
+
+def _select(
+    table: pl.DataFrame, texts: dict[str, str] | None, cfg: MineConfig, seed: int
+) -> pl.DataFrame:
+    """Among survivors of each pair: skip range_min, one per product, guard against unclustered
+    copies, then take num_negatives."""
+    pair = [S.QUERY, S.POSITIVE_LISTING_ID]
+    alive = pl.col(S.REASON).is_null()
+    table = table.sort([*pair, S.RANK])
+    table = table.with_columns(
+        pl.when(alive & (pl.int_range(pl.len()).over([*pair, alive]) < cfg.range_min))
+        .then(pl.lit("range_min"))
+        .otherwise(pl.col(S.REASON))
+        .alias(S.REASON)
+    )
+    table = table.with_columns(
+        pl.when(alive & (pl.int_range(pl.len()).over([*pair, _PRODUCT, alive]) > 0))
+        .then(pl.lit("product_repeat"))
+        .otherwise(pl.col(S.REASON))
+        .alias(S.REASON)
+    )
+    if cfg.sampling == "random":
+        order = _random_keys(table, seed)
+    else:
+        order = table[S.RANK].cast(pl.UInt64)
+    table = table.with_columns(order.alias("_order")).sort([*pair, "_order", S.NEGATIVE_LISTING_ID])
+    if texts is not None and cfg.duplicate_guard_jaccard is not None:
+        table = _guard_taken(table, texts, cfg)
+    taken = pl.int_range(pl.len()).over([*pair, alive])
+    return table.with_columns(
+        pl.when(alive & (taken >= cfg.num_negatives))
+        .then(pl.lit("not_sampled"))
+        .otherwise(pl.col(S.REASON))
+        .alias(S.REASON)
+    ).drop("_order")
+
+
+def filter_candidates(
+    candidates: pl.DataFrame,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: MineConfig,
+    seed: int,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Split every (pair, candidate) into kept negatives and dropped rows with a reason.
+
+    Args:
+        candidates: (query, negative_listing_id, score): the listings retrieved for each query.
+        positives: (query, positive_listing_id, positive_score): one row per clicked pair; a query
+            with several rows is one query with several positives.
+        products: (listing_id, product_id[, title_norm]); a listing without a row is its own
+            product. With `title_norm`, `cfg.duplicate_guard_jaccard` compares the titles of a
+            positive and the candidates about to be taken.
+        cfg: the `mine` section; seed: for `sampling = "random"`.
+
+    Returns:
+        (kept, dropped): kept has `NEGATIVE_COLUMNS`, dropped the same plus `reason`; both sorted
+        by (query, positive_listing_id, rank), where rank is the candidate's 1-based position in
+        its query's retrieval list (score descending, ties by listing id).
+    """
+    texts = None
+    if S.TITLE_NORM in products.columns:
+        texts = dict(products.select(S.LISTING_ID, S.TITLE_NORM).iter_rows())
+    table = _select(_stamp_filters(candidates, positives, products, cfg), texts, cfg, seed)
+    order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
+    kept = table.filter(pl.col(S.REASON).is_null()).select(NEGATIVE_COLUMNS).sort(order)
+    dropped = (
+        table.filter(pl.col(S.REASON).is_not_null())
+        .select(*NEGATIVE_COLUMNS, pl.col(S.REASON).cast(pl.Enum(REASONS)))
+        .sort(order)
+    )
+    return kept, dropped

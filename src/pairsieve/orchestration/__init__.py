@@ -1,0 +1,1 @@
+"""What runs when: the resumable step graph, the Prefect flows, atomic publication."""

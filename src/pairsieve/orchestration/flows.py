@@ -1,0 +1,223 @@
+"""Prefect flows `build` and `audit`: tasks that call the stage steps, nothing else.
+
+Flows take JSON-serialisable parameters (paths and a config dict) so the same functions run from
+the CLI, from `flows/` deployments on a schedule, and from a worker talking to a Prefect server.
+Without `PREFECT_API_URL` Prefect starts its ephemeral local API on SQLite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task, unmapped
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.types.entrypoint import EntrypointType
+
+from pairsieve.config import PairsieveConfig, RunnerConfig, build_config
+from pairsieve.core.contract import StageResult
+from pairsieve.core.memory import watch
+from pairsieve.errors import PairsieveError
+from pairsieve.orchestration import publish, steps
+from pairsieve.vectors.embed import EmbedStats, embed_partition
+
+
+def _transient(task: Any, task_run: Any, state: Any) -> bool:
+    """Retry a failed task unless it failed on the input or config: that fails the same again."""
+    try:
+        state.result()
+    except PairsieveError:
+        return False
+    except Exception:  # noqa: BLE001 - any other failure may be transient (I/O, a lost worker)
+        return True
+    return True
+
+
+# Stages are idempotent (skipped when up to date), so a retry after a transient failure is safe.
+_TASK_OPTIONS: dict[str, Any] = {
+    "cache_policy": NO_CACHE,
+    "retries": 1,
+    "retry_delay_seconds": 5,
+    "retry_condition_fn": _transient,
+}
+
+
+@task(name="ingest", **_TASK_OPTIONS)
+def ingest_task(cfg: PairsieveConfig, clicks: list[str], catalog: list[str], run_dir: Path):
+    return steps.ingest_step(cfg, clicks, catalog, run_dir)
+
+
+@task(name="plan-embedding", **_TASK_OPTIONS)
+def plan_embedding_task(cfg: PairsieveConfig, run_dir: Path) -> list[str]:
+    return steps.embedding_partitions(cfg, run_dir)
+
+
+@task(name="embed-partition", **_TASK_OPTIONS)
+def embed_partition_task(path: str, cfg: PairsieveConfig) -> EmbedStats:
+    return embed_partition(path, cfg)
+
+
+@task(name="cluster", **_TASK_OPTIONS)
+def cluster_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> StageResult:
+    return steps.cluster_step(cfg, run_dir, Path(previous) if previous else None)
+
+
+@task(name="mine", **_TASK_OPTIONS)
+def mine_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> StageResult:
+    return steps.mine_step(cfg, run_dir, Path(previous) if previous else None)
+
+
+@task(name="shards", **_TASK_OPTIONS)
+def shards_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
+    return steps.shards_step(cfg, run_dir)
+
+
+@task(name="report", **_TASK_OPTIONS)
+def report_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
+    return steps.report_step(cfg, run_dir)
+
+
+@task(name="audit", **_TASK_OPTIONS)
+def audit_task(cfg: PairsieveConfig, dataset: str, catalog: str | None, out: str) -> StageResult:
+    return steps.audit_step(cfg, Path(dataset), Path(catalog) if catalog else None, Path(out))
+
+
+@task(name="publish-artifacts", cache_policy=NO_CACHE)
+def artifacts_task(report_dir: Path, key: str) -> None:
+    from pairsieve.report.stage import load_report, report_artifacts
+
+    markdown, table = report_artifacts(load_report(report_dir))
+    create_markdown_artifact(markdown=markdown, key=key, description="pairsieve duplicate impact")
+    create_table_artifact(table=table, key=f"{key}-table", description="pairsieve figures")
+
+
+@task(name="publish", cache_policy=NO_CACHE)
+def publish_task(out: str) -> Path:
+    return publish.publish(out)
+
+
+def task_runner_for(runner: RunnerConfig):
+    """The Prefect task runner the config asks for; mapped per-partition tasks run on it.
+
+    Raises:
+        PairsieveError: ``missing_dependency`` when the Ray integration is not installed.
+    """
+    if runner.task_runner == "threads":
+        from prefect.task_runners import ThreadPoolTaskRunner
+
+        return ThreadPoolTaskRunner(max_workers=runner.workers)
+    if runner.task_runner == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        if runner.address:
+            return DaskTaskRunner(address=runner.address)
+        return DaskTaskRunner(
+            cluster_kwargs={"n_workers": runner.workers, "threads_per_worker": 1, "processes": True}
+        )
+    try:
+        from prefect_ray import RayTaskRunner
+    except ImportError:
+        raise PairsieveError(
+            "missing_dependency",
+            "runner.task_runner = 'ray' needs `pip install prefect-ray`",
+            knob="runner.task_runner",
+        ) from None
+    return RayTaskRunner(address=runner.address) if runner.address else RayTaskRunner()
+
+
+@flow(name="embed-partitions")
+def embed_partitions(partitions: list[str], cfg: PairsieveConfig) -> list[EmbedStats]:
+    """Fill the shared embedding cache, one mapped task per partition file (a subflow, so that it
+    runs on the task runner the config names while `build` itself stays importable by module
+    path). Its parameters are paths: Prefect's API refuses flow-run parameters over 512 KB."""
+    return embed_partition_task.map(partitions, unmapped(cfg)).result()
+
+
+def _as_list(paths: str | list[str]) -> list[str]:
+    return [paths] if isinstance(paths, str) else list(paths)
+
+
+@flow(name="build", log_prints=False)
+def build(
+    clicks: str | list[str],
+    catalog: str | list[str],
+    out: str,
+    config: dict[str, Any] | None = None,
+    previous: str | None = None,
+) -> dict[str, Any]:
+    """Ingest, cluster, mine, shard and report, then publish the build folder ``out`` atomically.
+
+    One build at a time writes ``out`` (a lock beside it); work happens in a staging folder that
+    a crashed run resumes from, and readers see the new build only once it is complete. With
+    ``previous`` (the last published build folder) product ids carry over from it and its
+    clustering and mining are reused where their inputs did not change.
+    """
+    cfg = build_config(config or {})
+    # The watchdog stops the process (exit 2, `memory_budget`) once it is over the budget.
+    with publish.building(out) as run_dir, watch(cfg.runner.memory_budget_mb, "ingest") as mem:
+        results = [ingest_task(cfg, _as_list(clicks), _as_list(catalog), run_dir)]
+        mem.stage = "embed"
+        partitions = plan_embedding_task(cfg, run_dir)
+        embed_partitions.with_options(task_runner=task_runner_for(cfg.runner))(partitions, cfg)
+        steps.clear_embedding_partitions(run_dir)
+        mem.stage = "cluster"
+        results.append(cluster_task(cfg, run_dir, previous))
+        mem.stage = "mine"
+        results.append(mine_task(cfg, run_dir, previous))
+        mem.stage = "shards"
+        results.append(shards_task(cfg, run_dir))
+        mem.stage = "report"
+        results.append(report_task(cfg, run_dir))
+        mem.stage = "publish"
+        publish_task(out)
+    artifacts_task(Path(out) / "report", key="pairsieve-build")
+    return {r.stage: r.to_json() | {"skipped": r.skipped} for r in results}
+
+
+@flow(name="audit", log_prints=False)
+def audit(
+    dataset: str,
+    out: str,
+    catalog: str | None = None,
+    config: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Measure the false negatives of a contrastive dataset built elsewhere (report in ``out``)."""
+    cfg = build_config(config or {})
+    result = audit_task(cfg, dataset, catalog, out)
+    artifacts_task(Path(out), key="pairsieve-audit")
+    return result.to_json() | {"skipped": result.skipped}
+
+
+BUILD_SCHEDULE = "0 3 * * *"  # nightly, after the day's click logs have landed
+
+
+def build_deployment(parameters: dict[str, Any], cron: str = BUILD_SCHEDULE):
+    """The scheduled `build` deployment with its parameters (used by flows/ and `serve`)."""
+    return build.to_deployment(
+        name="pairsieve-build",
+        cron=cron,
+        parameters=parameters,
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+
+
+AUDIT_SCHEDULE = "0 5 * * 1"  # weekly, Monday morning
+
+
+def audit_deployment(parameters: dict[str, Any] | None = None, cron: str | None = None):
+    """The `audit` deployment: on demand (parameters given per run) or on a schedule."""
+    return audit.to_deployment(
+        name="pairsieve-audit",
+        cron=cron,
+        parameters=parameters or {},
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+
+
+def serve_deployments(build_parameters: dict[str, Any], cron: str = BUILD_SCHEDULE) -> None:
+    """Serve `build` (scheduled) and `audit` (on demand) from this process, which acts as the
+    worker; runs report to PREFECT_API_URL when it is set, else to the ephemeral API."""
+    from prefect import serve
+
+    serve(build_deployment(build_parameters, cron), audit_deployment())

@@ -1,0 +1,180 @@
+"""Build folders that readers can trust: one writer at a time, atomic publication, verification.
+
+A build never writes into its `--out DIR` directly. It works in a staging folder beside it
+(`.DIR.staging`, kept across crashes so a rerun resumes there) and, when every stage is complete,
+swaps it with `DIR` in one atomic `renameat2(RENAME_EXCHANGE)`. A trainer reading `DIR/shards/`
+therefore sees the previous build or the new one, never a mix. A lock file beside `DIR` held with
+`flock` keeps a second build out; the kernel drops the lock when its holder dies, so a killed
+run never leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from pairsieve.core import io
+from pairsieve.errors import PairsieveError
+from pairsieve.schemas import MANIFEST_FILE, STAGE_JSON
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def staging_dir(out: str | Path) -> Path:
+    """Where a build of ``out`` works until it publishes."""
+    out = Path(out)
+    return out.with_name(f".{out.name}.staging")
+
+
+def published_dir(folder: str | Path) -> Path:
+    """The build folder a staging folder publishes as (any other folder is itself)."""
+    folder = Path(folder)
+    name = folder.name
+    if name.startswith(".") and name.endswith(".staging"):
+        return folder.with_name(name[1 : -len(".staging")])
+    return folder
+
+
+def lock_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(f".{out.name}.lock")
+
+
+@contextlib.contextmanager
+def build_lock(out: str | Path, wait_s: float = 0.0) -> Iterator[Path]:
+    """Hold the exclusive lock of build folder ``out`` (waiting up to ``wait_s`` seconds).
+
+    Raises:
+        PairsieveError: ``locked`` when another live process holds it after ``wait_s``.
+    """
+    path = lock_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # noqa: SIM115 - held for the whole block
+    deadline = time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    handle.seek(0)
+                    holder = handle.read().strip() or "another process"
+                    raise PairsieveError(
+                        "locked",
+                        f"build folder is being written by {holder}; wait for it or use "
+                        "another --out",
+                        file=str(out),
+                    ) from None
+                time.sleep(0.2)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        handle.flush()
+        yield path
+    finally:
+        handle.close()
+
+
+def prepare_staging(out: str | Path) -> Path:
+    """The staging folder for ``out``: resumed if a crashed build left one, else seeded from the
+    published build by hard links (artifacts are immutable, so unchanged stages are skipped).
+
+    Half-written stage folders a killed run left (``.NAME.tmp-*``, ``.NAME.old-*``) are removed,
+    so they can never be published. Call it holding the build lock.
+    """
+    out, staging = Path(out), staging_dir(out)
+    if staging.exists():
+        for pattern in (".*.tmp-*", ".*.old-*"):
+            for leftover in staging.glob(pattern):
+                shutil.rmtree(leftover, ignore_errors=True)
+        return staging
+    tmp = staging.with_name(staging.name + ".seed")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if out.is_dir():
+        shutil.copytree(out, tmp, copy_function=os.link)
+    else:
+        tmp.mkdir(parents=True)
+    os.replace(tmp, staging)
+    return staging
+
+
+@contextlib.contextmanager
+def building(out: str | Path) -> Iterator[Path]:
+    """Hold the lock of ``out`` and yield its staging folder for the build to work in.
+
+    If the build fails before any stage completed, the empty staging folder is removed, so a
+    rejected input leaves nothing behind; otherwise it stays for the next run to resume from.
+    """
+    with build_lock(out):
+        staging = prepare_staging(out)
+        try:
+            yield staging
+        except BaseException:
+            if not any(staging.glob(f"*/{STAGE_JSON}")):
+                shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, bytes(a), _AT_FDCWD, bytes(b), _RENAME_EXCHANGE) == 0:
+        return True
+    if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(ctypes.get_errno(), "renameat2 failed", str(a))
+
+
+def publish(out: str | Path) -> Path:
+    """Atomically make the staging folder the published ``out`` and discard the old build."""
+    out, staging = Path(out), staging_dir(out)
+    if not out.exists():
+        os.replace(staging, out)
+    elif _exchange(staging, out):
+        shutil.rmtree(staging)
+    else:  # no renameat2 (not Linux): two renames, a moment without `out`
+        old = out.with_name(f".{out.name}.old")
+        os.replace(out, old)
+        os.replace(staging, out)
+        shutil.rmtree(old)
+    return out
+
+
+def manifest_files(manifest: dict) -> dict[str, str]:
+    """File name -> sha256 of every file a shards manifest lists (train and eval splits)."""
+    return {
+        entry["name"]: entry["sha256"] for split in manifest["files"].values() for entry in split
+    }
+
+
+def verify(build_dir: str | Path) -> list[str]:
+    """Problems found checking ``build_dir/shards`` against its manifest (empty when intact)."""
+    shards = Path(build_dir) / "shards"
+    manifest_path = shards / MANIFEST_FILE
+    if not manifest_path.exists():
+        return [f"missing {manifest_path}"]
+    listed = manifest_files(json.loads(manifest_path.read_text()))
+    problems = []
+    for name, sha256 in sorted(listed.items()):
+        path = shards / name
+        if not path.exists():
+            problems.append(f"missing file {name}")
+        elif io.sha256_file(path) != sha256:
+            problems.append(f"sha256 mismatch {name}")
+    present = {p.name for p in shards.iterdir() if p.is_file()}
+    for extra in sorted(present - set(listed) - {MANIFEST_FILE, STAGE_JSON}):
+        problems.append(f"extra file {extra}")
+    return problems

@@ -1,0 +1,481 @@
+"""Sections of the duplicate-impact report, built from frames and arrays (no file reading).
+
+`pairsieve.report.stage` (a pipeline run) and `pairsieve.audit.stage` (a dataset made elsewhere)
+feed them.
+Every section is a plain dict ``{title, figures, tables, charts, notes}`` so report.json holds
+every number the page shows; charts are bar-chart specs that `report_html` draws as SVG.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.config import PairsieveConfig
+from pairsieve.core.contract import load_result
+from pairsieve.report import impact
+
+SIZE_BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20), (21, 50), (51, None))
+SCORE_BINS = 24
+
+
+def section(title: str, **parts: Any) -> dict[str, Any]:
+    """A report section; ``parts`` may hold figures, tables, charts and notes."""
+    return {
+        "title": title,
+        "figures": parts.get("figures", {}),
+        "tables": parts.get("tables", {}),
+        "charts": parts.get("charts", []),
+        "notes": parts.get("notes", []),
+    }
+
+
+def chart(chart_id: str, title: str, categories: list[Any], series: dict[str, list], **kw: Any):
+    """A bar-chart spec; ``kw`` may set y_label, x_label and log."""
+    return {
+        "id": chart_id,
+        "title": title,
+        "categories": [str(c) for c in categories],
+        "series": [{"name": name, "values": values} for name, values in series.items()],
+        **kw,
+    }
+
+
+# --- sections ------------------------------------------------------------------------------------
+
+
+def accounting_section(run_dir: Path) -> dict[str, Any] | None:
+    """Rows in, dropped per reason and kept, at every stage that has a stage.json."""
+    rows, reasons = [], []
+    for name in S.STAGES[:-1]:
+        result = load_result(run_dir / name)
+        if result is None:
+            continue
+        rows.append(
+            {
+                "stage": name,
+                "rows_in": result.rows_in,
+                "rows_out": result.rows_out,
+                "dropped": result.dropped,
+                "balanced": result.balanced(),
+            }
+        )
+        reasons += [
+            {"stage": name, "reason": reason, "rows": count}
+            for reason, count in sorted(result.dropped_by_reason.items())
+            if count
+        ]
+    if not rows:
+        return None
+    stages = [r["stage"] for r in rows]
+    return section(
+        "Accounting",
+        tables={"rows per stage": rows, "dropped or quarantined, by reason": reasons},
+        charts=[
+            chart(
+                "accounting",
+                "Rows in, kept and dropped per stage",
+                stages,
+                {k: [r[k] for r in rows] for k in ("rows_in", "rows_out", "dropped")},
+                y_label="rows",
+                log=True,
+            )
+        ],
+        notes=["Ingest counts clicks and catalog rows; mine counts candidate negatives."],
+    )
+
+
+def changes_section(run_dir: Path) -> dict[str, Any] | None:
+    """What changed since the previous build (`--previous`): product ids born, merged, split and
+    removed (`cluster/id_changes.parquet`) and what each stage reused; None on a first build."""
+    from pairsieve.cluster.lineage import CHANGE, ID_CHANGES_FILE
+
+    cluster = load_result(run_dir / "cluster")
+    path = run_dir / "cluster" / ID_CHANGES_FILE
+    if cluster is None or not cluster.details.get("build_number") or not path.exists():
+        return None
+    changes = pl.read_parquet(path)
+    counts = dict(changes[CHANGE].value_counts().iter_rows())
+    kinds = ["new", "merged", "split", "removed"]
+    mine = load_result(run_dir / "mine")
+    reused_queries = (mine.details.get("incremental") or {}) if mine else {}
+    figures = {
+        "build_number": cluster.details["build_number"],
+        **{f"products_{kind}": int(counts.get(kind, 0)) for kind in kinds},
+        "titles_unchanged": cluster.details.get("settled_nodes"),
+        "pairs_reused": cluster.details.get("reused_pairs"),
+        "queries_reused": reused_queries.get("queries_reused"),
+        "queries_mined": reused_queries.get("queries_mined"),
+    }
+    why_not = [
+        f"{name}: not reused ({details['why_not']})"
+        for name, details in (
+            ("cluster", cluster.details.get("incremental") or {}),
+            ("mine", reused_queries),
+        )
+        if details.get("why_not")
+    ]
+    rows = changes.sort(CHANGE, S.PRODUCT_ID).head(200).to_dicts()
+    return section(
+        "Changes since the previous build",
+        figures=figures,
+        tables={"id changes (first 200)": rows},
+        charts=[
+            chart(
+                "changes",
+                "Product ids changed since the previous build",
+                kinds,
+                {"products": [int(counts.get(kind, 0)) for kind in kinds]},
+                y_label="products",
+            )
+        ],
+        notes=why_not
+        + [
+            "A merge keeps the older id (the other is its alias); a split keeps the id on the "
+            "part holding most of the product's listings."
+        ],
+    )
+
+
+def size_histogram(sizes: np.ndarray) -> list[dict[str, Any]]:
+    """Products and listings per cluster-size bucket."""
+    rows = []
+    for lo, hi in SIZE_BUCKETS:
+        mask = (sizes >= lo) & (sizes <= (hi if hi is not None else np.inf))
+        label = f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi else f">{lo - 1}")
+        rows.append(
+            {"size": label, "products": int(mask.sum()), "listings": int(sizes[mask].sum())}
+        )
+    return rows
+
+
+def duplicates_section(
+    products: pl.DataFrame, titles: pl.DataFrame, pairs: pl.DataFrame | None, largest: int = 10
+) -> dict[str, Any]:
+    """Listings per product: how many listings have a duplicate, the largest clusters, vetoes.
+
+    ``products`` has listing_id and product_id, ``titles`` listing_id and title.
+    """
+    sizes_df = products.group_by(S.PRODUCT_ID).len("size")
+    sizes = sizes_df["size"].to_numpy()
+    histogram = size_histogram(sizes)
+    top = sizes_df.sort(["size", S.PRODUCT_ID], descending=[True, False]).head(largest)
+    samples = (
+        products.join(titles, on=S.LISTING_ID, how="left")
+        .join(top, on=S.PRODUCT_ID)
+        .sort([S.PRODUCT_ID, S.TITLE])
+        .group_by(S.PRODUCT_ID, maintain_order=True)
+        .agg(pl.col(S.TITLE).unique(maintain_order=True).head(3).alias("samples"))
+    )
+    largest_rows = [
+        {"product_id": pid, "listings": int(size), "sample titles": " | ".join(sample)}
+        for pid, size, sample in top.join(samples, on=S.PRODUCT_ID, how="left")
+        .sort(["size", S.PRODUCT_ID], descending=[True, False])
+        .select(S.PRODUCT_ID, "size", "samples")
+        .iter_rows()
+    ]
+    listings = int(sizes.sum())
+    figures = {
+        "listings": listings,
+        "products": int(len(sizes)),
+        "listings_with_duplicate": int(sizes[sizes > 1].sum()),
+        "share_with_duplicate": float(sizes[sizes > 1].sum() / listings) if listings else 0.0,
+        "largest_cluster": int(sizes.max()) if len(sizes) else 0,
+    }
+    charts = [
+        chart(
+            "cluster-sizes",
+            "Cluster-size histogram",
+            [r["size"] for r in histogram],
+            {
+                "products": [r["products"] for r in histogram],
+                "listings": [r["listings"] for r in histogram],
+            },
+            y_label="count",
+            x_label="listings per product",
+            log=True,
+        )
+    ]
+    tables = {"cluster sizes": histogram, "largest clusters": largest_rows}
+    if pairs is not None and S.VETO_REASON in pairs.columns:
+        add_vetoes(pairs, figures, tables, charts)
+    return section("Duplicates", figures=figures, tables=tables, charts=charts)
+
+
+def add_vetoes(pairs: pl.DataFrame, figures: dict, tables: dict, charts: list) -> None:
+    """Candidate pairs accepted and vetoed, with the veto reasons, into the duplicates section."""
+    vetoes = (
+        pairs.filter(~pl.col(S.ACCEPTED) & pl.col(S.VETO_REASON).is_not_null())
+        .group_by(S.VETO_REASON)
+        .len("pairs")
+        .sort(["pairs", S.VETO_REASON], descending=[True, False])
+    )
+    tables["merges vetoed, by reason"] = vetoes.rename({S.VETO_REASON: "reason"}).to_dicts()
+    figures["candidate_pairs"] = pairs.height
+    figures["accepted_pairs"] = int(pairs[S.ACCEPTED].sum())
+    figures["vetoed_pairs"] = int(vetoes["pairs"].sum())
+    if vetoes.height:
+        charts.append(
+            chart(
+                "vetoes",
+                "Merges vetoed, by reason",
+                vetoes[S.VETO_REASON].to_list(),
+                {"pairs": vetoes["pairs"].to_list()},
+                y_label="candidate pairs",
+            )
+        )
+
+
+def _dense(values: list[Any] | np.ndarray) -> np.ndarray:
+    return np.unique(np.asarray(values, dtype=object).astype(str), return_inverse=True)[1]
+
+
+def batches_section(
+    cfg: PairsieveConfig,
+    text_groups: np.ndarray,
+    product_groups: np.ndarray,
+    replay: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """κ tables at exact-text and product level, and collisions realised by replaying batches.
+
+    ``text_groups`` / ``product_groups``: one id per training row (its positive's text and
+    product). ``replay`` (optional): {"positives": (rows,) int product ids in training order,
+    "negatives": (rows, k) int, -1 padded, or None, "batch_size": B the order was made for,
+    "orders": [name of the given order, name of the seeded shuffle]}.
+    """
+    batch_sizes = list(cfg.report.batch_sizes)
+    text_sizes = np.unique(_dense(text_groups), return_counts=True)[1]
+    product_sizes = np.unique(_dense(product_groups), return_counts=True)[1]
+    text_table = impact.collision_table(text_sizes, batch_sizes)
+    product_table = impact.collision_table(product_sizes, batch_sizes)
+    kappa_text, kappa_product = text_table[0]["kappa"], product_table[0]["kappa"]
+    b0 = cfg.shards.batch_size
+    clean = {r["batch_size"]: r["p_batch_clean"] for r in product_table}
+    figures = {
+        "training_rows": int(len(product_groups)),
+        "kappa_text": kappa_text,
+        "kappa_product": kappa_product,
+        "share_missed_by_text_dedupe": (
+            (kappa_product - kappa_text) / kappa_product if kappa_product else 0.0
+        ),
+        "training_batch_size": b0,
+        "false_negatives_per_anchor_at_training_batch": impact.expected_false_negatives(
+            b0, kappa_product
+        ),
+        "p_batch_clean_at_training_batch": clean[b0]
+        if b0 in clean
+        else impact.p_batch_clean(product_sizes, b0),
+    }
+    tables = {
+        "exact-text level (NoDuplicatesBatchSampler)": text_table,
+        "product level": product_table,
+    }
+    sizes = sorted({*batch_sizes, *([replay["batch_size"]] if replay else [])})
+    sizes = [b for b in sizes if b <= len(product_groups)]
+    series = {
+        "expected, exact text": [impact.expected_false_negatives(b, kappa_text) for b in sizes],
+        "expected, product": [impact.expected_false_negatives(b, kappa_product) for b in sizes],
+    }
+    if replay:
+        tables["realised when replayed"] = replay_section_rows(replay, batch_sizes, cfg.seed)
+        series.update(_realised_series(tables["realised when replayed"], replay["orders"], sizes))
+    charts = [
+        chart(
+            "collisions",
+            "Same-product in-batch candidates per anchor",
+            sizes,
+            series,
+            y_label="false negatives per anchor",
+            x_label="batch size (those not above the number of rows)",
+            log=True,
+        )
+    ]
+    notes = [
+        "κ = Σ n_c(n_c−1)/(N(N−1)) over the rows' positives; a uniformly random batch of B holds "
+        "(B−1)·κ same-group candidates per anchor. P(batch clean) is exact (sampling without "
+        "replacement). Exact-text level is all NoDuplicatesBatchSampler can see."
+    ]
+    return section(
+        "In-batch false negatives", figures=figures, tables=tables, charts=charts, notes=notes
+    )
+
+
+def _realised_series(realised: list[dict], orders: list[str], sizes: list[int]) -> dict:
+    series = {}
+    for order in orders:
+        by_b = {r["batch_size"]: r for r in realised if r["order"] == order}
+        series[f"realised, {order}"] = [
+            by_b[b]["false_negatives_per_anchor"] if b in by_b else None for b in sizes
+        ]
+    return series
+
+
+def replay_section_rows(replay: dict[str, Any], batch_sizes: list[int], seed: int) -> list[dict]:
+    """Realised collisions for each order at its own batch size and at every table size."""
+    rows = []
+    positives, negatives = replay["positives"], replay.get("negatives")
+    rng = np.random.default_rng(seed)
+    shuffled = rng.permutation(len(positives))
+    orders = {
+        replay["orders"][0]: (positives, negatives),
+        replay["orders"][1]: (
+            positives[shuffled],
+            negatives[shuffled] if negatives is not None else None,
+        ),
+    }
+    sizes = sorted({replay["batch_size"], *batch_sizes})
+    for order, (pos, neg) in orders.items():
+        for b in sizes:
+            if b > len(pos):
+                continue
+            rows.append({"order": order, **impact.realised_collisions(pos, b, neg)})
+    return rows
+
+
+def temperature_section(
+    cfg: PairsieveConfig,
+    positive_scores: np.ndarray,
+    false_scores: np.ndarray,
+    true_scores: np.ndarray,
+) -> dict[str, Any]:
+    """Loss floor and gradient share of same-product candidates per τ, and the worked example."""
+    temperatures = list(cfg.report.temperatures)
+    data = impact.temperature_table(positive_scores, false_scores, true_scores, temperatures)
+    worked = impact.worked_example(sorted({*temperatures, 1.0, 0.1, 0.02}, reverse=True))
+    figures = {
+        "rows_scored": int(len(positive_scores)),
+        "rows_with_same_product_candidate": data[0]["rows_with_false_negative"] if data else 0,
+        "floor_one_exact_copy": impact.copies_floor(1),
+        "floor_two_exact_copies": impact.copies_floor(2),
+    }
+    charts = [
+        chart(
+            "loss-floor",
+            "Mean loss floor from the nearest same-product candidate, by temperature",
+            temperatures,
+            {"mean loss floor (nats)": [r["mean_loss_floor"] for r in data]},
+            x_label="temperature τ",
+            y_label="nats",
+        ),
+        chart(
+            "gradient-share",
+            "Share of the push on negatives owned by same-product candidates",
+            temperatures,
+            {"false-negative share": [r["false_negative_gradient_share"] for r in data]},
+            x_label="temperature τ",
+            y_label="share",
+        ),
+        chart(
+            "worked-example",
+            "Worked 2-pair example: loss by temperature",
+            [r["tau"] for r in worked],
+            {
+                k: [r[k] for r in worked]
+                for k in ("row1_loss", "row2_loss", "mean_loss", "row2_with_duplicate_loss")
+            },
+            x_label="temperature τ",
+            y_label="InfoNCE loss",
+        ),
+    ]
+    notes = [
+        "Loss floor log(1+e^(−δ/τ)) with δ = positive score − nearest same-product candidate; "
+        "gradient share = Σ p(false negatives) / Σ p(all negatives), against the row's kept "
+        "negatives. Worked example: scores (0.9, 0.6) and (0.7, 0.8), positives on the diagonal; "
+        "the duplicate adds a copy of row 2's positive (0.8).",
+        "A negative mean gap means the same-product candidate scores above the positive on "
+        "average: the loss then cannot fall below log(1+e^(|δ|/τ)), which grows as τ shrinks.",
+    ]
+    return section(
+        "Temperature",
+        figures=figures,
+        tables={"on this data": data, "worked 2-pair example": worked},
+        charts=charts,
+        notes=notes,
+    )
+
+
+def score_histograms(named_scores: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Shares of each score list per common bin (lists differ in size by orders of magnitude)."""
+    present = [np.asarray(v, dtype=np.float64) for v in named_scores.values() if len(v)]
+    if not present:
+        return chart("scores", "Score histograms", [], {})
+    everything = np.concatenate(present)
+    edges = np.linspace(float(everything.min()), float(everything.max()) + 1e-9, SCORE_BINS + 1)
+    series = {}
+    for name, scores in named_scores.items():
+        counts = np.histogram(np.asarray(scores, dtype=np.float64), bins=edges)[0]
+        series[f"{name} (n={len(scores)})"] = (counts / max(len(scores), 1)).round(5).tolist()
+    return chart(
+        "scores",
+        "Score histograms (share of each list per bin)",
+        [f"{e:.2f}" for e in edges[:-1]],
+        series,
+        x_label="cosine score (bin start)",
+        y_label="share",
+    )
+
+
+def quality_section(predicted: pl.Series, truth: pl.Series) -> dict[str, Any]:
+    """Pairwise and B-cubed P/R/F1 of the clustering against a ground-truth column."""
+    from pairsieve.cluster import evaluate
+
+    scores = evaluate.score(predicted, truth).to_dict()
+    metrics = ["precision", "recall", "f1"]
+    return section(
+        "Clustering quality",
+        figures=scores,
+        charts=[
+            chart(
+                "quality",
+                "Clustering against ground truth",
+                metrics,
+                {
+                    "pairwise": [scores[f"pairwise_{m}"] for m in metrics],
+                    "B-cubed": [scores[f"bcubed_{m}"] for m in metrics],
+                },
+            )
+        ],
+    )
+
+
+def hard_negatives_section(
+    figures: dict[str, Any], dropped_by_reason: dict[str, int], named_scores: dict[str, np.ndarray]
+) -> dict[str, Any]:
+    """Negatives mined, dropped per reason, and score histograms of positives and negatives."""
+    reasons = [
+        {"reason": reason, "candidates": int(count)}
+        for reason, count in sorted(dropped_by_reason.items(), key=lambda kv: (-kv[1], kv[0]))
+        if count
+    ]
+    charts = [score_histograms(named_scores)]
+    if reasons:
+        charts.insert(
+            0,
+            chart(
+                "dropped-reasons",
+                "Candidate negatives dropped, by reason",
+                [r["reason"] for r in reasons],
+                {"candidates": [r["candidates"] for r in reasons]},
+                y_label="candidates",
+                log=True,
+            ),
+        )
+    summaries = [
+        {
+            "list": name,
+            "n": int(len(scores)),
+            "mean": float(np.mean(scores)) if len(scores) else None,
+            "median": float(np.median(scores)) if len(scores) else None,
+        }
+        for name, scores in named_scores.items()
+    ]
+    return section(
+        "Hard negatives",
+        figures=figures,
+        tables={"dropped, by reason": reasons, "scores": summaries},
+        charts=charts,
+    )

@@ -1,0 +1,437 @@
+"""The `report` stage: what duplicates would cost a trainer, and what the pipeline removed.
+
+`run` reads whatever the other stages left in a run folder; a section whose inputs are absent is
+skipped and named under ``missing``, so the report also works on partial runs. It writes
+``report.json`` (every number shown, with ``schema_version``) and ``report.html`` (one
+self-contained page with inline SVG charts, no network needed). `report_artifacts` turns the
+report into the Prefect markdown and table artifacts the build flow publishes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.config import PairsieveConfig
+from pairsieve.core import io
+from pairsieve.core.contract import StageResult
+from pairsieve.orchestration.publish import published_dir
+from pairsieve.report import html as report_html
+from pairsieve.report import sections as R
+
+log = logging.getLogger(__name__)
+
+REPORT_SCHEMA_VERSION = 1
+SECTION_ORDER = (
+    "audit",
+    "accounting",
+    "changes",
+    "duplicates",
+    "batches",
+    "temperature",
+    "hard_negatives",
+    "quality",
+    "recommendations",
+)
+FIRST_BUILD_ABSENT = {"changes"}  # sections a first build has nothing for: not "missing"
+# Thresholds of the recommendations, stated in the text each one prints.
+MAX_FN_PER_ANCHOR = 0.01  # above this many same-product candidates per anchor, mask or reorder
+MIN_P_CLEAN = 0.95  # below this share of clean random batches, mask or reorder
+SAFE_FN_PER_ANCHOR = 0.1  # largest unmasked batch keeps expected false negatives below this
+
+
+def _read(path: Path, columns: list[str] | None = None) -> pl.DataFrame | None:
+    files = sorted(path.parent.glob(path.name)) if "*" in path.name else [path]
+    files = [f for f in files if f.is_file()]
+    return pl.read_parquet(files, columns=columns) if files else None
+
+
+def padded(lists: list[list[float] | None]) -> np.ndarray:
+    """Ragged score lists as a (rows, max_len) float64 array padded with -inf."""
+    width = max((len(x) for x in lists if x), default=0)
+    out = np.full((len(lists), max(width, 1)), -np.inf)
+    for i, values in enumerate(lists):
+        if values:
+            out[i, : len(values)] = values
+    return out
+
+
+# --- sections from a run folder ------------------------------------------------------------------
+
+
+def duplicates_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
+    products = _read(run_dir / "cluster" / S.PRODUCTS_FILE)
+    listings = _read(run_dir / "ingest" / S.LISTINGS_FILE)
+    if products is None:
+        return None
+    titles = (
+        listings.select(S.LISTING_ID, S.TITLE)
+        if listings is not None
+        else products.select(S.LISTING_ID, pl.col(S.CANONICAL_TITLE).alias(S.TITLE))
+    )
+    return R.duplicates_section(
+        products, titles, _read(run_dir / "cluster" / S.PAIRS_FILE), cfg.report.largest_clusters
+    )
+
+
+def click_rows(run_dir: Path) -> pl.DataFrame | None:
+    """The clicked (query, listing) pairs with their title and product: what a trainer without
+    pairsieve would batch."""
+    clicks = _read(run_dir / "ingest" / S.CLICKS_FILE)
+    products = _read(run_dir / "cluster" / S.PRODUCTS_FILE)
+    listings = _read(run_dir / "ingest" / S.LISTINGS_FILE)
+    if clicks is None or products is None or listings is None:
+        return None
+    return (
+        clicks.select(S.QUERY, S.LISTING_ID)
+        .unique()
+        .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
+        .join(listings.select(S.LISTING_ID, S.TITLE), on=S.LISTING_ID)
+        .sort(S.QUERY, S.LISTING_ID)
+    )
+
+
+def shard_replay(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
+    """Product ids of the train shards' rows in file order (positives, and negatives (rows, k))."""
+    shards = _read(run_dir / "shards" / "train-*.parquet")
+    if shards is None or shards.is_empty():
+        return None
+    labels = shards[S.LABEL].list.to_array(shards[S.LABEL].list.len().max()).to_numpy()
+    manifest_path = run_dir / "shards" / S.MANIFEST_FILE
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    return {
+        "positives": labels[:, 0],
+        "negatives": labels[:, 1:] if labels.shape[1] > 1 else None,
+        "texts": shards[S.POSITIVE].to_numpy(),
+        "batch_size": int(manifest.get("batch_size", cfg.shards.batch_size)),
+        "orders": ["shard order", "seeded shuffle"],
+    }
+
+
+def batches_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
+    """κ tables over the clicked pairs (over the shard rows when ingest outputs are absent), and
+    the shards replayed in their order and in a seeded shuffle."""
+    rows = click_rows(run_dir)
+    replay = shard_replay(cfg, run_dir)
+    if rows is not None:
+        texts, products = rows[S.TITLE].to_numpy(), rows[S.PRODUCT_ID].to_numpy()
+    elif replay is not None:
+        texts, products = replay["texts"], replay["positives"]
+    else:
+        return None
+    return R.batches_section(cfg, texts, products, replay)
+
+
+_PAIR = [S.QUERY, S.POSITIVE_LISTING_ID]
+
+
+@dataclass(frozen=True)
+class MineScores:
+    """The scores in the mine stage's files, read once for the sections that use them:
+    ``kept`` / ``dropped`` rows (pair, score, and the reason of a dropped one) and one row per
+    (query, positive) with its ``positive_score``."""
+
+    kept: pl.DataFrame
+    dropped: pl.DataFrame
+    positives: pl.DataFrame
+
+
+def mine_scores(run_dir: Path) -> MineScores | None:
+    columns = [*_PAIR, S.SCORE, S.POSITIVE_SCORE]
+    kept = _read(run_dir / "mine" / S.NEGATIVES_FILE, columns)
+    dropped = _read(run_dir / "mine" / S.NEGATIVES_DROPPED_FILE, [*columns, S.REASON])
+    if kept is None or dropped is None:
+        return None
+    # mine writes a pair's rows together: its first rows carry every pair (unique() below
+    # keeps this right for files in any order) without hashing tens of millions of rows.
+    starts = pl.any_horizontal(pl.col(c) != pl.col(c).shift() for c in _PAIR).fill_null(True)
+    firsts = [frame.select(*_PAIR, S.POSITIVE_SCORE).filter(starts) for frame in (kept, dropped)]
+    positives = pl.concat(firsts).unique(_PAIR).sort(_PAIR)
+    return MineScores(kept, dropped, positives)
+
+
+def temperature_from_run(cfg: PairsieveConfig, mined: MineScores | None) -> dict[str, Any] | None:
+    """Per mined (query, positive): its score, the same-product candidates the miner dropped,
+    and the negatives it kept."""
+    if mined is None:
+        return None
+    false = (
+        mined.dropped.filter(pl.col(S.REASON) == "same_product")
+        .group_by(_PAIR)
+        .agg(pl.col(S.SCORE).alias("_false"))
+    )
+    true = mined.kept.group_by(_PAIR).agg(pl.col(S.SCORE).alias("_true"))
+    rows = mined.positives.join(false, on=_PAIR, how="left").join(true, on=_PAIR, how="left")
+    rows = rows.sort(_PAIR)
+    return R.temperature_section(
+        cfg,
+        rows[S.POSITIVE_SCORE].to_numpy().astype(np.float64),
+        padded(rows["_false"].to_list()),
+        padded(rows["_true"].to_list()),
+    )
+
+
+def hard_negatives_from_run(mined: MineScores | None) -> dict[str, Any] | None:
+    if mined is None:
+        return None
+    kept, dropped = mined.kept, mined.dropped
+    counts = dropped[S.REASON].value_counts()  # on the enum: no per-row string cast
+    reasons = dict(counts.with_columns(pl.col(S.REASON).cast(pl.String)).iter_rows())
+    is_same = pl.col(S.REASON) == "same_product"
+    same = dropped.filter(is_same)
+    figures = {
+        "negatives_kept": kept.height,
+        "candidates_dropped": dropped.height,
+        "same_product_dropped": same.height,
+        # of the candidates a product-blind miner could have kept (kept + same-product), the share
+        # that was the positive's product
+        "same_product_share_of_eligible": same.height / max(kept.height + same.height, 1),
+    }
+    scores = {
+        "positives": mined.positives[S.POSITIVE_SCORE].to_numpy(),
+        "kept negatives": kept[S.SCORE].to_numpy(),
+        "dropped: same product": same[S.SCORE].to_numpy(),
+        "dropped: other reasons": dropped.filter(~is_same)[S.SCORE].to_numpy(),
+    }
+    return R.hard_negatives_section(figures, reasons, scores)
+
+
+def quality_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
+    truth = cfg.ingest.truth_column
+    products = _read(run_dir / "cluster" / S.PRODUCTS_FILE)
+    listings = _read(run_dir / "ingest" / S.LISTINGS_FILE)
+    if not truth or products is None or listings is None or truth not in listings.columns:
+        return None
+    joined = products.join(listings.select(S.LISTING_ID, truth), on=S.LISTING_ID)
+    return R.quality_section(joined[S.PRODUCT_ID], joined[truth])
+
+
+# --- recommendations -----------------------------------------------------------------------------
+
+
+def _batch_recommendations(cfg: PairsieveConfig, batches: dict[str, Any]) -> list[dict[str, str]]:
+    from pairsieve.report import impact
+
+    recs = []
+    kappa = batches["figures"]["kappa_product"]
+    b0 = cfg.shards.batch_size
+    fn = impact.expected_false_negatives(b0, kappa)
+    p_clean = batches["figures"]["p_batch_clean_at_training_batch"]
+    if fn >= MAX_FN_PER_ANCHOR or (p_clean is not None and p_clean < MIN_P_CLEAN):
+        recs.append(
+            {
+                "recommendation": f"Mask or reorder: a random batch of {b0} holds {fn:.3f} "
+                f"same-product candidates per anchor and is clean with probability "
+                f"{report_html.fmt(p_clean)} (thresholds {MAX_FN_PER_ANCHOR} and {MIN_P_CLEAN}); "
+                "train on product-disjoint shards or with the masked loss.",
+                "rests_on": "In-batch false negatives: product-level κ table / chart-collisions",
+            }
+        )
+    else:
+        recs.append(
+            {
+                "recommendation": f"Masking is optional at batch size {b0}: {fn:.4f} same-product "
+                f"candidates per anchor (< {MAX_FN_PER_ANCHOR}), P(clean batch) "
+                f"{report_html.fmt(p_clean)} (≥ {MIN_P_CLEAN}).",
+                "rests_on": "In-batch false negatives: product-level κ table",
+            }
+        )
+    safe = [
+        r["batch_size"]
+        for r in batches["tables"]["product level"]
+        if r["false_negatives_per_anchor"] is not None
+        and r["false_negatives_per_anchor"] < SAFE_FN_PER_ANCHOR
+    ]
+    recs.append(
+        {
+            "recommendation": (
+                f"Without product-aware batching keep batches ≤ {max(safe)} (expected false "
+                f"negatives per anchor < {SAFE_FN_PER_ANCHOR}); with it, batch size is free."
+                if safe
+                else f"Every batch size in the table exceeds {SAFE_FN_PER_ANCHOR} expected "
+                "false negatives per anchor: product-aware batching is required."
+            ),
+            "rests_on": "In-batch false negatives: product-level κ table / chart-collisions",
+        }
+    )
+    missed = batches["figures"]["share_missed_by_text_dedupe"]
+    if kappa > 0:
+        recs.append(
+            {
+                "recommendation": f"Exact-text deduplication (NoDuplicatesBatchSampler) misses "
+                f"{missed:.0%} of same-product collisions; it is not enough on this data."
+                if missed > 0.5
+                else f"Exact-text deduplication already removes {1 - missed:.0%} of "
+                "same-product collisions.",
+                "rests_on": "In-batch false negatives: κ exact-text vs product level",
+            }
+        )
+    return recs
+
+
+def _temperature_recommendation(temperature: dict[str, Any], max_share: float) -> dict[str, str]:
+    data = temperature["tables"]["on this data"]
+    ok = [r["tau"] for r in data if r["false_negative_gradient_share"] <= max_share]
+    worst = min(data, key=lambda r: r["tau"])
+    if not data or not worst["rows_with_false_negative"]:
+        text = "No same-product candidates were scored; temperature is not limited by duplicates."
+    elif ok:
+        text = (
+            f"If same-product candidates reach the loss, keep τ ≥ {min(ok)}: below it they own "
+            f"more than {max_share:.0%} of the push on negatives (at τ={worst['tau']}: "
+            f"{worst['false_negative_gradient_share']:.0%}, loss floor "
+            f"{worst['mean_loss_floor']:.3f}). With them removed, 0.05–0.1 is the usual range."
+        )
+    else:
+        text = (
+            f"At every τ tried, same-product candidates own more than {max_share:.0%} of "
+            "the negative gradient: remove them (product-aware mining and batching) before "
+            "tuning τ."
+        )
+    return {
+        "recommendation": text,
+        "rests_on": "Temperature: table 'on this data' / chart-gradient-share",
+    }
+
+
+def recommendations_section(cfg: PairsieveConfig, report: dict[str, Any]) -> dict[str, Any]:
+    """Advice derived from the numbers, each naming the figure it rests on."""
+    recs = []
+    if report.get("batches"):
+        recs += _batch_recommendations(cfg, report["batches"])
+    if report.get("temperature"):
+        recs.append(
+            _temperature_recommendation(report["temperature"], cfg.report.max_gradient_share)
+        )
+    hard = report.get("hard_negatives")
+    share = hard["figures"].get("same_product_share_of_eligible") if hard else None
+    if share:
+        recs.append(
+            {
+                "recommendation": f"Mine with product exclusion: {share:.1%} of the candidates a "
+                "product-blind miner could keep were the positive's own product.",
+                "rests_on": "Hard negatives: same_product_share_of_eligible",
+            }
+        )
+    rate = report.get("false_negative_rate")
+    if rate is not None:
+        recs.append(
+            {
+                "recommendation": f"{rate:.1%} of this dataset's negatives are its positive's "
+                "product"
+                + ("; re-mine them with pairsieve (product exclusion)." if rate > 0.01 else "."),
+                "rests_on": "Audit: false_negative_rate",
+            }
+        )
+    return R.section("Recommendations", tables={"recommendations": recs})
+
+
+# --- the stage -----------------------------------------------------------------------------------
+
+
+def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
+    """Every section that the run folder has inputs for; absent ones are listed in ``missing``."""
+    mined = mine_scores(run_dir)
+    builders = {
+        "accounting": lambda: R.accounting_section(run_dir),
+        "changes": lambda: R.changes_section(run_dir),
+        "duplicates": lambda: duplicates_from_run(cfg, run_dir),
+        "batches": lambda: batches_from_run(cfg, run_dir),
+        "temperature": lambda: temperature_from_run(cfg, mined),
+        "hard_negatives": lambda: hard_negatives_from_run(mined),
+        "quality": lambda: quality_from_run(cfg, run_dir),
+    }
+    report: dict[str, Any] = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "kind": "build",
+        "title": "pairsieve duplicate-impact report",
+        "subtitle": f"build folder {published_dir(run_dir)}",
+        "missing": [],
+    }
+    for key, build in builders.items():
+        report[key] = build()
+        if report[key] is None and key not in FIRST_BUILD_ABSENT:
+            report["missing"].append(f"{key}: inputs absent in {published_dir(run_dir)}")
+    report["recommendations"] = recommendations_section(cfg, report)
+    return report
+
+
+def all_charts(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every chart spec of every section present, in page order (empty charts left out)."""
+    return [
+        spec
+        for key in SECTION_ORDER
+        if report.get(key)
+        for spec in report[key]["charts"]
+        if spec["categories"]
+    ]
+
+
+def write_report(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """Write report.json and report.html into ``out_dir``; returns the outputs map."""
+    report = {**report, "chart_ids": [spec["id"] for spec in all_charts(report)]}
+    io.write_json(report, Path(out_dir) / S.REPORT_JSON)
+    page = report_html.render_page(
+        report["title"],
+        report_html.render_sections(report, SECTION_ORDER),
+        report.get("subtitle", ""),
+    )
+    io.write_text(page, Path(out_dir) / S.REPORT_HTML)
+    return {"json": S.REPORT_JSON, "html": S.REPORT_HTML}
+
+
+def run(cfg: PairsieveConfig, run_dir: Path, out_dir: Path) -> StageResult:
+    """Write report.html and report.json for the run folder ``run_dir`` into ``out_dir``.
+
+    Rows: the training rows the collision tables were computed on (nothing is dropped).
+    """
+    started = time.perf_counter()
+    report = build_report(cfg, Path(run_dir))
+    outputs = write_report(report, Path(out_dir))
+    rows = report["batches"]["figures"]["training_rows"] if report.get("batches") else 0
+    return StageResult(
+        stage="report",
+        rows_in=rows,
+        rows_out=rows,
+        timings={"report_s": round(time.perf_counter() - started, 3)},
+        outputs=outputs,
+        details={"missing": report["missing"], "charts": len(all_charts(report))},
+    )
+
+
+def load_report(report_dir: str | Path) -> dict[str, Any]:
+    """The report.json of a report folder."""
+    return json.loads((Path(report_dir) / S.REPORT_JSON).read_text())
+
+
+def report_artifacts(report: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """(markdown, table) for Prefect's create_markdown_artifact / create_table_artifact: the
+    headline figures and recommendations, and the product-level κ table."""
+    lines = [f"# {report['title']}", ""]
+    for key in SECTION_ORDER[:-1]:
+        sec = report.get(key)
+        if not sec or not sec["figures"]:
+            continue
+        lines += [f"## {sec['title']}", "", "| figure | value |", "|---|---|"]
+        lines += [f"| {k} | {report_html.fmt(v)} |" for k, v in sec["figures"].items()]
+        lines.append("")
+    recs = report.get("recommendations")
+    if recs:
+        lines += ["## Recommendations", ""]
+        lines += [
+            f"- {r['recommendation']} *(rests on: {r['rests_on']})*"
+            for r in recs["tables"]["recommendations"]
+        ]
+    if report.get("missing"):
+        lines += ["", "Not shown: " + "; ".join(report["missing"])]
+    batches = report.get("batches")
+    table = batches["tables"]["product level"] if batches else []
+    return "\n".join(lines) + "\n", table

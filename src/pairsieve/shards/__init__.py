@@ -1,0 +1,1 @@
+"""Stage 4: write product-disjoint, labelled training shards."""

@@ -1,0 +1,1 @@
+"""Title text: normalisation, attribute extraction, and comparing two titles' attributes."""

@@ -1,0 +1,1 @@
+"""Vectors of titles and queries: embeddings (torch or ONNX), MinHash signatures, kNN search."""

@@ -1,0 +1,449 @@
+"""End-to-end builds on slices of the bundled sample: the Prefect flow, resumption, id lineage,
+and identical results on the thread and Dask task runners."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pairsieve import schemas as S
+from pairsieve.cluster.lineage import ID_CHANGES_FILE
+from pairsieve.config import load_config
+from pairsieve.core import io
+from pairsieve.orchestration import steps
+from pairsieve.orchestration.publish import manifest_files, verify
+from pairsieve.schemas import TRUE_PRODUCT_ID
+from pairsieve.vectors.embed import embed_partition
+from tests.paths import SAMPLE_DIR
+
+SAMPLE = SAMPLE_DIR
+
+
+def _slice(folder: Path, products: list[str], drop_listings: set[str] = frozenset()) -> Path:
+    """Catalog and clicks of some sample products, written as parquet into ``folder``."""
+    catalog = pl.read_parquet(SAMPLE / "catalog.parquet").filter(
+        pl.col(TRUE_PRODUCT_ID).is_in(products) & ~pl.col("listing_id").is_in(list(drop_listings))
+    )
+    clicks = pl.read_parquet(SAMPLE / "clicks.parquet").filter(
+        pl.col("listing_id").is_in(catalog["listing_id"].implode())
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    catalog.write_parquet(folder / "catalog.parquet")
+    clicks.write_parquet(folder / "clicks.parquet")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def product_ids() -> list[str]:
+    return sorted(pl.read_parquet(SAMPLE / "catalog.parquet")[TRUE_PRODUCT_ID].unique())
+
+
+def _cfg(cache_dir: Path, **overrides):
+    return load_config(
+        None,
+        {
+            "ingest.truth_column": TRUE_PRODUCT_ID,
+            "cache_dir": str(cache_dir),
+            "shards.batch_size": 8,
+            "mine.num_negatives": 2,
+            **overrides,
+        },
+    )
+
+
+def _run_steps(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> dict:
+    """The build's stages in process (no Prefect), embedding partitions first like the flow."""
+    clicks, catalog = [str(data / "clicks.parquet")], [str(data / "catalog.parquet")]
+    ingest = steps.ingest_step(cfg, clicks, catalog, run_dir)
+    partitions = steps.embedding_partitions(cfg, run_dir)
+    embedded = sum(embed_partition(path, cfg).texts for path in partitions)
+    steps.clear_embedding_partitions(run_dir)
+    results = [
+        ingest,
+        steps.cluster_step(cfg, run_dir, previous),
+        steps.mine_step(cfg, run_dir, previous),
+        steps.shards_step(cfg, run_dir),
+        steps.report_step(cfg, run_dir),
+    ]
+    return {"results": results, "embedded": embedded}
+
+
+def _shard_hashes(build: Path) -> dict[str, str]:
+    return manifest_files(json.loads((build / "shards" / "manifest.json").read_text()))
+
+
+def test_build_flow_publishes_balanced_stages_and_skips_on_rerun(
+    prefect_harness, tmp_path, product_ids, session_cache_dir
+):
+    from pairsieve.orchestration.flows import build
+
+    data = _slice(tmp_path / "data", product_ids[:30])
+    cfg = _cfg(session_cache_dir)
+    kwargs = dict(
+        clicks=str(data / "clicks.parquet"),
+        catalog=str(data / "catalog.parquet"),
+        out=str(tmp_path / "build"),
+        config=cfg.model_dump(mode="json"),
+    )
+    first = build(**kwargs)
+    assert list(first) == ["ingest", "cluster", "mine", "shards", "report"]
+    for stage in first.values():
+        assert stage["rows_in"] == stage["rows_out"] + sum(stage["dropped_by_reason"].values())
+    assert verify(tmp_path / "build") == []
+    assert (tmp_path / "build" / "report" / "report.html").exists()
+    assert not (tmp_path / ".build.staging").exists()
+    before = _shard_hashes(tmp_path / "build")
+    second = build(**kwargs)
+    assert all(stage["skipped"] for stage in second.values())
+    assert _shard_hashes(tmp_path / "build") == before
+
+
+def test_flow_parameters_stay_small_whatever_the_catalog(prefect_harness, tmp_path):
+    """The whole sample, on a cold cache, through the real flow on an API whose parameter limit
+    conftest lowered to a few kilobytes: the texts to embed travel as files, not parameters."""
+    from prefect import flow
+
+    from pairsieve.orchestration.flows import build
+    from pairsieve.vectors.embed import bundled_model_path
+    from pairsieve.vectors.onnx import ensure_onnx_model
+
+    limit = int(os.environ["PREFECT_SERVER_API_MAX_PARAMETER_SIZE"])
+    texts = pl.concat(
+        [
+            pl.read_parquet(SAMPLE / "catalog.parquet")["title"],
+            pl.read_parquet(SAMPLE / "clicks.parquet")["query"],
+        ]
+    ).unique()
+    assert len(json.dumps(texts.to_list())) > 20 * limit
+
+    @flow
+    def echo(payload: list[str]) -> int:
+        return len(payload)
+
+    with pytest.raises(Exception, match="must be less than"):
+        echo(texts.head(2 * limit // 10).to_list())  # the limit is in force on this API
+
+    cache = tmp_path / "cold-cache"  # nothing embedded yet; the int8 export is reused
+    ensure_onnx_model(bundled_model_path(), tmp_path / "onnx", "onnx-int8")
+    cache.mkdir()
+    (cache / "onnx").symlink_to(tmp_path / "onnx")
+    out = tmp_path / "build"
+    result = build(
+        clicks=str(SAMPLE / "clicks.parquet"),
+        catalog=str(SAMPLE / "catalog.parquet"),
+        out=str(out),
+        config=_cfg(cache).model_dump(mode="json"),
+    )
+    assert result["shards"]["rows_out"] > 0
+    assert verify(out) == []
+    assert not (out / steps.EMBED_PLAN_DIR).exists()
+
+
+@pytest.mark.slow
+def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
+    day1_products, new_products = product_ids[:40], product_ids[40:46]
+    day1_data = _slice(tmp_path / "d1", day1_products)
+    day1_catalog = pl.read_parquet(day1_data / "catalog.parquet")
+    removed = day1_catalog["listing_id"].sort()[0]
+    # A new seller lists eight day-1 products under their existing titles.
+    copies = (
+        day1_catalog.sort("listing_id")
+        .gather_every(len(day1_catalog) // 8)
+        .head(8)
+        .with_columns(pl.col("listing_id") + "-new", seller_id=pl.lit("seller-new"))
+    )
+    day2_data = _slice(tmp_path / "d2", day1_products + new_products, {removed})
+    pl.concat([pl.read_parquet(day2_data / "catalog.parquet"), copies]).write_parquet(
+        day2_data / "catalog.parquet"
+    )
+    cfg = _cfg(tmp_path / "cache")
+    day1 = _run_steps(cfg, day1_data, tmp_path / "b1")
+    day2 = _run_steps(cfg, day2_data, tmp_path / "b2", previous=tmp_path / "b1")
+
+    ids1 = dict(
+        pl.read_parquet(tmp_path / "b1" / "cluster" / "products.parquet")
+        .select("listing_id", "product_id")
+        .rows()
+    )
+    ids2 = dict(
+        pl.read_parquet(tmp_path / "b2" / "cluster" / "products.parquet")
+        .select("listing_id", "product_id")
+        .rows()
+    )
+    kept = sorted(set(ids1) - {removed})
+    assert sum(ids1[i] == ids2[i] for i in kept) >= 0.95 * len(kept)
+    originals = copies["listing_id"].str.strip_suffix("-new")
+    for copy, original in zip(copies["listing_id"], originals, strict=True):
+        assert ids2[copy] == ids1[original], "a new copy must join its product's existing id"
+    changes = pl.read_parquet(tmp_path / "b2" / "cluster" / ID_CHANGES_FILE)
+    assert set(changes["change"]) <= {"new", "merged", "split", "removed"}
+    truth = dict(
+        pl.read_parquet(day2_data / "catalog.parquet").select("listing_id", TRUE_PRODUCT_ID).rows()
+    )
+    new_listings = [i for i in ids2 if truth[i] in new_products]
+    assert all(ids2[i] not in set(ids1.values()) for i in new_listings)
+    assert changes.filter(pl.col("change") == "new")["listings"].sum() >= len(new_listings) // 2
+    # Day 2 embeds only what day 1 did not see: new titles and new queries.
+    texts = [(d / "catalog.parquet", "title") for d in (day1_data, day2_data)]
+    texts += [(d / "clicks.parquet", "query") for d in (day1_data, day2_data)]
+    seen = pl.concat([pl.read_parquet(p).select(t=pl.col(c)) for p, c in texts[::2]]).unique()
+    now = pl.concat([pl.read_parquet(p).select(t=pl.col(c)) for p, c in texts[1::2]]).unique()
+    assert day2["embedded"] == now.join(seen, on="t", how="anti").height
+    assert day1["embedded"] > day2["embedded"] > 0
+    _check_reuse(cfg, day2["results"], tmp_path / "b1", tmp_path / "b2")
+    # Another config cannot reuse day 1: each stage runs in full and says why.
+    other = cfg.with_(**{"cluster.knn_k": cfg.cluster.knn_k + 1, "mine.num_negatives": 3})
+    for step in (steps.cluster_step, steps.mine_step):
+        result = step(other, tmp_path / "b2", tmp_path / "b1")
+        assert "different config" in result.details["incremental"]["why_not"]
+
+
+def test_day_two_builds_its_ivf_indexes_on_day_ones_layout(
+    tmp_path, product_ids, session_cache_dir
+):
+    from pairsieve.vectors import knn
+
+    data = _slice(tmp_path / "data", product_ids[:12])
+    cfg = _cfg(session_cache_dir, **{"knn.exact_max": 16})  # IVF in cluster and mine
+    day1 = _run_steps(cfg, data, tmp_path / "b1")["results"]
+    day2 = _run_steps(cfg, data, tmp_path / "b2", previous=tmp_path / "b1")["results"]
+    for position, stage in ((1, "cluster"), (2, "mine")):
+        assert day1[position].details["ivf_centroids"] == "trained"
+        assert day2[position].details["ivf_centroids"] == "reused"
+        for name in (knn.CENTROIDS_FILE, knn.LISTS_FILE):  # every title kept its list
+            first, second = (tmp_path / b / stage / name for b in ("b1", "b2"))
+            assert io.sha256_file(first) == io.sha256_file(second)
+
+
+def _same_rows(a: pl.DataFrame, b: pl.DataFrame) -> bool:
+    scores = [S.SCORE, S.POSITIVE_SCORE]
+    return a.drop(scores).equals(b.drop(scores)) and all(
+        (a[c] - b[c]).abs().max() < 1e-6 for c in scores
+    )
+
+
+def _check_nothing_to_mine(cfg, build: Path) -> None:
+    """A build whose every query is unchanged (and none due for refresh) mines nothing and
+    writes the previous rows as they were."""
+    from pairsieve.mine import stage as mine
+    from pairsieve.mine.reuse import PreviousMining, titles_and_products
+
+    files = [build / "ingest" / S.CLICKS_FILE, build / "ingest" / S.LISTINGS_FILE]
+    files.append(build / "cluster" / S.PRODUCTS_FILE)
+    state = PreviousMining(
+        pl.read_parquet(build / "mine" / S.NEGATIVES_FILE),
+        pl.read_parquet(build / "mine" / S.NEGATIVES_DROPPED_FILE),
+        pl.read_parquet(files[0], columns=[S.QUERY, S.LISTING_ID]).unique(),
+        titles_and_products(pl.read_parquet(files[1]), pl.read_parquet(files[2])),
+    )
+    never = cfg.with_(**{"mine.refresh_builds": 10_000})
+    result = mine.run(never, *files, build / "again", previous=(state, 1))
+    assert result.details["incremental"]["queries_mined"] == 0
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+        assert pl.read_parquet(build / "again" / name).equals(
+            pl.read_parquet(build / "mine" / name)
+        )
+
+
+def _check_refilter(cfg, build: Path) -> None:
+    """Over an unchanged catalog, a query that only gained a click scoring at or above its
+    weakest one is filtered again from its previous candidates, one whose new click scores
+    lower is mined unless its previous search was exhausted, and the whole output equals a full
+    mine of the same clicks."""
+    from pairsieve.mine import stage as mine
+    from pairsieve.mine.reuse import PreviousMining
+
+    state = PreviousMining.load(build, steps.section_hash(cfg, "mine"))
+    rows = pl.concat([state.kept, state.dropped.collect().drop(S.REASON)])
+    weakest = rows.group_by(S.QUERY).agg(pl.col(S.POSITIVE_SCORE).min().alias("_weakest"))
+    shown = rows.join(weakest, on=S.QUERY).join(
+        state.pairs,
+        left_on=[S.QUERY, S.NEGATIVE_LISTING_ID],
+        right_on=[S.QUERY, S.LISTING_ID],
+        how="anti",
+    )
+    steady = shown.filter(pl.col(S.SCORE) >= pl.col("_weakest")).sort(S.QUERY, S.RANK)
+    moved = shown.filter(pl.col(S.SCORE) < pl.col("_weakest") - 0.05).sort(S.QUERY, S.RANK)
+    steady = steady.unique(S.QUERY, keep="first").head(3)
+    moved = moved.filter(~pl.col(S.QUERY).is_in(steady[S.QUERY].implode()))
+    moved = moved.unique(S.QUERY, keep="first").head(2)
+    assert steady.height and moved.height, "the sample offers both kinds of new click"
+    new = pl.concat([steady, moved]).select(
+        S.QUERY, pl.col(S.NEGATIVE_LISTING_ID).alias(S.LISTING_ID)
+    )
+    clicks = pl.concat([state.pairs, new])
+    files = [build / "ingest" / S.LISTINGS_FILE, build / "cluster" / S.PRODUCTS_FILE]
+    never = cfg.with_(**{"mine.refresh_builds": 10_000})
+    result = mine.run(never, clicks, *files, build / "refilter", previous=(state, 1))
+    incremental = result.details["incremental"]
+    exhausted = state.exhausted(moved[S.QUERY], cfg.mine.num_negatives)
+    assert incremental["queries_mined"] >= moved.height - exhausted.len()
+    assert incremental["queries_refiltered"] >= 1
+    assert incremental["queries_refiltered"] + incremental["queries_mined"] == new.height
+    mine.run(never, clicks, *files, build / "refilter-full")
+    _check_same_mining(build / "refilter", build / "refilter-full")
+
+
+def _check_same_mining(incremental: Path, full: Path, queries: pl.Series | None = None) -> None:
+    """Both mine outputs hold the same kept rows, and the same dropped rows (of ``queries``
+    only, if given: a reused query's dropped rows keep the reasons they were dropped for)."""
+    kept, dropped = S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE
+    assert _same_rows(pl.read_parquet(incremental / kept), pl.read_parquet(full / kept))
+    chosen = pl.lit(True) if queries is None else pl.col(S.QUERY).is_in(queries.implode())
+    assert _same_rows(
+        pl.read_parquet(incremental / dropped).filter(chosen),
+        pl.read_parquet(full / dropped).filter(chosen),
+    )
+
+
+def _check_refilter_regrouped(cfg, build: Path) -> None:
+    """Over an unchanged catalog with the products of some queries' positives and kept
+    negatives merged, and one query clicking a listing far below its weakest click (its
+    ceiling drops), those queries are filtered again from their previous candidates, and the
+    whole output equals a full mine. With few negatives per pair no query of the sample is
+    short: a regrouped query settles unless the merge leaves it short, the lowered one is
+    mined. With many, every query ended short, so its search was exhausted: a merge only takes
+    negatives away and a lower ceiling only fewer candidates, so every one of them settles."""
+    from pairsieve.mine import stage as mine
+    from pairsieve.mine.reuse import PreviousMining, titles_and_products
+
+    listings_file = build / "ingest" / S.LISTINGS_FILE
+    products = pl.read_parquet(build / "cluster" / S.PRODUCTS_FILE)
+    product_of = dict(products.select(S.LISTING_ID, S.PRODUCT_ID).iter_rows())
+    pairs = pl.read_parquet(build / "ingest" / S.CLICKS_FILE, columns=[S.QUERY, S.LISTING_ID])
+    pairs = pairs.unique()
+    for negatives, exhausted in ((cfg.mine.num_negatives, 0), (200, pairs[S.QUERY].n_unique())):
+        day = cfg.with_(**{"mine.num_negatives": negatives, "mine.refresh_builds": 10_000})
+        folder = build / f"regrouped-{negatives}"
+        mine.run(day, pairs, listings_file, products, folder / "before")
+        state = PreviousMining(
+            pl.read_parquet(folder / "before" / S.NEGATIVES_FILE),
+            pl.scan_parquet(folder / "before" / S.NEGATIVES_DROPPED_FILE),
+            pairs,
+            titles_and_products(pl.read_parquet(listings_file), products),
+        )
+        assert state.exhausted(pairs[S.QUERY].unique(), negatives).len() == exhausted
+        # Two queries' first kept negatives join their positives' products.
+        chosen = state.kept.unique([S.QUERY], keep="first", maintain_order=True).head(2)
+        merge = {
+            product_of[negative]: product_of[positive]
+            for positive, negative in chosen.select(
+                S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID
+            ).rows()
+        }
+        merged = products.with_columns(pl.col(S.PRODUCT_ID).replace(merge))
+        # Another query clicks a listing it was shown far below its weakest click.
+        lower = (
+            state.dropped.collect()
+            .filter(~pl.col(S.QUERY).is_in(chosen[S.QUERY].implode()))
+            .filter(pl.col(S.SCORE) < pl.col(S.POSITIVE_SCORE).min().over(S.QUERY) - 0.05)
+            .sort(S.QUERY, S.RANK)
+            .head(1)
+            .select(S.QUERY, pl.col(S.NEGATIVE_LISTING_ID).alias(S.LISTING_ID))
+        )
+        assert lower.height == 1
+        clicks = pl.concat([pairs, lower])
+        result = mine.run(day, clicks, listings_file, merged, folder / "after", previous=(state, 1))
+        plan = state.plan(clicks, pl.read_parquet(listings_file), merged, (1, 10_000))
+        assert set(chosen[S.QUERY]) | set(lower[S.QUERY]) <= set(plan.refiltered)
+        assert plan.reused.len() > 0
+        incremental = result.details["incremental"]
+        assert incremental["queries_refiltered"] + incremental["queries_mined"] == (
+            plan.refiltered.len()
+        )
+        assert incremental["queries_refiltered"] >= 1
+        if exhausted:
+            assert incremental["queries_mined"] == 0
+        else:
+            assert incremental["queries_mined"] >= 1  # the lowered ceiling
+        mine.run(day, clicks, listings_file, merged, folder / "full")
+        _check_same_mining(folder / "after", folder / "full", plan.refiltered)
+        # The reused rows stream from the previous file into the new one: the same bytes again.
+        mine.run(day, clicks, listings_file, merged, folder / "again", previous=(state, 1))
+        for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+            again, after = (io.sha256_file(folder / run / name) for run in ("again", "after"))
+            assert again == after
+
+
+def _check_reuse(cfg, results, before: Path, after: Path) -> None:
+    """Day 2 reused day 1's pairs and negatives where nothing changed, mined the rest as a full
+    build would, and no reused negative is a copy of its positive."""
+    from pairsieve.mine import stage as mine
+
+    cluster, mined = results[1].details, results[2].details
+    assert cluster["incremental"] == {"reused": True, "why_not": None}
+    assert 0 < cluster["settled_nodes"] and cluster["reused_pairs"] > 0
+    # Signatures of unchanged titles come from the cache: at most the changed titles' are new.
+    assert 0 < cluster["signatures_computed"] <= cluster["titles"] - cluster["settled_nodes"]
+    reused, fresh = mined["incremental"]["queries_reused"], mined["incremental"]["queries_mined"]
+    assert reused > 0 and fresh > 0
+    # Candidates are counted per query for both halves, so the accounting is a real check.
+    mine_stage = results[2]
+    assert mine_stage.rows_in == mine_stage.rows_out + sum(mine_stage.dropped_by_reason.values())
+    kept = pl.read_parquet(after / "mine" / "negatives.parquet")
+    dropped = pl.read_parquet(after / "mine" / "negatives_dropped.parquet")
+    full = mine.run(
+        cfg,
+        after / "ingest" / "clicks.parquet",
+        after / "ingest" / "listings.parquet",
+        after / "cluster" / "products.parquet",
+        after / "full-mine",
+    )
+    assert full.rows_out > 0
+    order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
+    assert kept.equals(kept.sort(order)) and dropped.equals(dropped.sort(order))
+    full_kept = pl.read_parquet(after / "full-mine" / "negatives.parquet")
+    full_dropped = pl.read_parquet(after / "full-mine" / "negatives_dropped.parquet")
+    old_kept = pl.read_parquet(before / "mine" / "negatives.parquet")
+    old_dropped = pl.read_parquet(before / "mine" / "negatives_dropped.parquet")
+    from_old = kept.join(old_kept, on=kept.columns, how="semi")[S.QUERY].unique()
+    assert from_old.len() >= reused
+    for today, whole, old in ((kept, full_kept, old_kept), (dropped, full_dropped, old_dropped)):
+        # Every query's rows are either its previous rows or a full build's rows, whole
+        # (scores to float rounding: faiss sums a subset of queries in other blocks).
+        for query in today[S.QUERY].unique():
+            rows, mine_again, previous = (
+                t.filter(pl.col(S.QUERY) == query) for t in (today, whole, old)
+            )
+            assert _same_rows(rows, previous) or _same_rows(rows, mine_again)
+    products = pl.read_parquet(after / "cluster" / "products.parquet").select(
+        S.LISTING_ID, S.PRODUCT_ID
+    )
+    same = (
+        kept.join(products, left_on=S.POSITIVE_LISTING_ID, right_on=S.LISTING_ID)
+        .join(products, left_on=S.NEGATIVE_LISTING_ID, right_on=S.LISTING_ID, suffix="_neg")
+        .filter(pl.col(S.PRODUCT_ID) == pl.col(S.PRODUCT_ID + "_neg"))
+    )
+    assert same.height == 0
+    _check_nothing_to_mine(cfg, before)
+    _check_refilter(cfg, before)
+    _check_refilter_regrouped(cfg, before)
+    changes = json.loads((after / "report" / "report.json").read_text())["changes"]["figures"]
+    assert changes["build_number"] == 1 and changes["products_new"] >= 1
+    assert (changes["queries_reused"], changes["queries_mined"]) == (reused, fresh)
+    assert changes["pairs_reused"] == cluster["reused_pairs"]
+
+
+@pytest.mark.slow
+def test_thread_and_dask_runners_give_byte_identical_shards(prefect_harness, tmp_path, product_ids):
+    from pairsieve.orchestration.flows import build
+
+    data = _slice(tmp_path / "data", product_ids[60:80])
+    hashes = {}
+    for runner in ("threads", "dask"):
+        cfg = _cfg(
+            tmp_path / f"cache-{runner}",
+            **{"runner.task_runner": runner, "embed.partition_size": 100},
+        )
+        build(
+            clicks=str(data / "clicks.parquet"),
+            catalog=str(data / "catalog.parquet"),
+            out=str(tmp_path / runner),
+            config=cfg.model_dump(mode="json"),
+        )
+        hashes[runner] = _shard_hashes(tmp_path / runner)
+    assert hashes["threads"] == hashes["dask"]

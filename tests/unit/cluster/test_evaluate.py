@@ -1,0 +1,68 @@
+"""Clustering metrics against brute-force pair and per-item counts."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from pairsieve.cluster import evaluate
+
+
+def _brute(pred: list[int], true: list[int]) -> dict[str, float]:
+    n = len(pred)
+    pairs = list(itertools.combinations(range(n), 2))
+    same_pred = {p for p in pairs if pred[p[0]] == pred[p[1]]}
+    same_true = {p for p in pairs if true[p[0]] == true[p[1]]}
+    correct = len(same_pred & same_true)
+    p = correct / len(same_pred) if same_pred else 1.0
+    r = correct / len(same_true) if same_true else 1.0
+    b3p = (
+        sum(
+            sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
+            / sum(pred[j] == pred[i] for j in range(n))
+            for i in range(n)
+        )
+        / n
+    )
+    b3r = (
+        sum(
+            sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
+            / sum(true[j] == true[i] for j in range(n))
+            for i in range(n)
+        )
+        / n
+    )
+    return {"p": p, "r": r, "b3p": b3p, "b3r": b3r}
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_metrics_match_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    pred = [rng.randint(0, rng.randint(1, 12)) for _ in range(n)]
+    true = [rng.randint(0, rng.randint(1, 12)) for _ in range(n)]
+    got = evaluate.score(pred, true)
+    want = _brute(pred, true)
+    assert got.pairwise_precision == pytest.approx(want["p"], abs=1e-4)
+    assert got.pairwise_recall == pytest.approx(want["r"], abs=1e-4)
+    assert got.bcubed_precision == pytest.approx(want["b3p"], abs=1e-4)
+    assert got.bcubed_recall == pytest.approx(want["b3r"], abs=1e-4)
+    assert got.clusters == len(set(pred))
+    assert got.largest_cluster == max(pred.count(x) for x in set(pred))
+
+
+def test_perfect_and_all_in_one() -> None:
+    true = ["a", "a", "b", "c", "c", "c"]
+    perfect = evaluate.score(["x", "x", "y", "z", "z", "z"], true)
+    assert (perfect.pairwise_f1, perfect.bcubed_f1) == (1.0, 1.0)
+    lumped = evaluate.score([0] * 6, true)
+    assert lumped.pairwise_recall == 1.0
+    assert lumped.pairwise_precision == pytest.approx(4 / 15, abs=1e-4)
+    assert lumped.largest_cluster == 6
+
+
+def test_length_mismatch_is_an_error() -> None:
+    with pytest.raises(ValueError, match="equally long"):
+        evaluate.score([1, 2], [1])

@@ -1,0 +1,380 @@
+"""Clustering behaviour with the real bundled encoder on small fixtures of real titles."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from pairsieve import schemas as S
+from pairsieve.cluster import stage as cluster
+from pairsieve.cluster import verify as cluster_verify
+from pairsieve.config import PairsieveConfig
+from pairsieve.core import parallel as forked
+
+TITLES = {
+    # one product, three sellers
+    "a1": ("apple iphone 8 64gb silver", "P8-64"),
+    "a2": ("Apple iPhone 8 64 GB - Silver", "P8-64"),
+    "a3": ("apple mq6h2b/a iphone 8 64gb 4.7 12mp sim free smartphone in silver", "P8-64"),
+    # its variants: capacity and model word
+    "b1": ("apple iphone 8 256gb silver", "P8-256"),
+    "b2": ("Apple iPhone 8 256 GB Silver", "P8-256"),
+    "c1": ("apple iphone 8 plus 64gb silver", "P8P-64"),
+    # one TV under region-suffixed codes
+    "t1": ("samsung ue55nu8000 55 8 series flat led tv", "TV55"),
+    "t2": ("samsung ue55nu8000txxu 55 inch 4k hdr smart tv", "TV55"),
+    "t3": ("samsung ue65nu8000 65 8 series flat led tv", "TV65"),
+    # low-information titles: never merged on text alone
+    "w1": ("washing machine", "W1"),
+    "w2": ("washing machine", "W2"),
+}
+
+
+def catalog() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            S.LISTING_ID: list(TITLES),
+            S.TITLE: [t for t, _ in TITLES.values()],
+            "true_product_id": [p for _, p in TITLES.values()],
+        }
+    )
+
+
+@pytest.fixture
+def cfg(session_cache_dir) -> PairsieveConfig:
+    return PairsieveConfig().with_(cache_dir=str(session_cache_dir))
+
+
+def groups(products: pl.DataFrame) -> set[frozenset[str]]:
+    return {
+        frozenset(g)
+        for g in products.group_by(S.PRODUCT_ID).agg(pl.col(S.LISTING_ID))[S.LISTING_ID].to_list()
+    }
+
+
+def test_products_keep_variants_apart(cfg, encoder, tmp_path) -> None:
+    result = cluster.run(cfg, catalog(), tmp_path, encoder)
+    products = pl.read_parquet(tmp_path / S.PRODUCTS_FILE)
+    found = groups(products)
+    assert {frozenset({"c1"}), frozenset({"t1", "t2"}), frozenset({"t3"})} <= found
+    assert {frozenset({"w1"}), frozenset({"w2"})} <= found
+    same = {x: g for g in found for x in g}
+    assert {"a1", "a2"} <= same["a1"] and same["b1"] == {"b1", "b2"}
+    assert same["a3"] <= {"a1", "a2", "a3"}  # never chained into the 256GB or Plus products
+    assert result.rows_in == result.rows_out == len(TITLES) and result.balanced()
+    by_id = {r[S.LISTING_ID]: r for r in products.iter_rows(named=True)}
+    assert by_id["w1"][S.METHOD] == "singleton"
+    assert by_id["t1"][S.METHOD] == "code" and by_id["t1"][S.CLUSTER_SIZE] == 2
+    assert by_id["b2"][S.METHOD] == "exact"
+    assert by_id["a1"][S.PRODUCT_ID] == "p" + S.stable_hash("a1")
+
+
+def test_veto_reasons_recorded(cfg, encoder, tmp_path) -> None:
+    cluster.run(cfg, catalog(), tmp_path, encoder)
+    pairs = pl.read_parquet(tmp_path / S.PAIRS_FILE)
+    reason = {
+        frozenset((a, b)): r
+        for a, b, r in pairs.select(S.LISTING_A, S.LISTING_B, S.VETO_REASON).iter_rows()
+    }
+    assert reason[frozenset(("a1", "b1"))] == "bytes_conflict"
+    assert reason[frozenset(("a1", "c1"))] == "variant_conflict"
+    assert reason[frozenset(("t1", "t3"))] == "model_code_conflict"
+    assert reason[frozenset(("w1", "w2"))] == "low_information"
+    assert not pairs.filter(pl.col(S.VETO_REASON).is_not_null())[S.ACCEPTED].any()
+
+
+def test_shuffled_input_gives_identical_bytes(cfg, encoder, tmp_path) -> None:
+    cluster.run(cfg, catalog(), tmp_path / "a", encoder)
+    cluster.run(cfg, catalog().sample(fraction=1.0, shuffle=True, seed=5), tmp_path / "b", encoder)
+    for name in (S.PRODUCTS_FILE, S.PAIRS_FILE):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+
+
+def test_truth_column_is_never_read(cfg, encoder, tmp_path) -> None:
+    scrambled = catalog().with_columns(pl.lit("same").alias("true_product_id"))
+    cluster.run(cfg, catalog(), tmp_path / "a", encoder)
+    cluster.run(cfg, scrambled, tmp_path / "b", encoder)
+    a = (tmp_path / "a" / S.PRODUCTS_FILE).read_bytes()
+    assert a == (tmp_path / "b" / S.PRODUCTS_FILE).read_bytes()
+
+
+def _scored(rows: list[tuple[int, int, float, bool, str | None]]) -> pl.DataFrame:
+    return pl.DataFrame(rows, schema=["a", "b", "score", S.ACCEPTED, S.VETO_REASON], orient="row")
+
+
+def test_bridge_pair_does_not_chain_two_products() -> None:
+    # products {0,1,2} and {3,4,5}, each fully linked, joined by one strong bridge 2-3
+    rows = [(i, j, 0.95, True, None) for i, j in [(0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5)]]
+    rows.append((2, 3, 0.9, True, None))
+    labels = cluster.agglomerate(np.ones(6, dtype=np.int64), _scored(rows), link_threshold=0.5)
+    assert labels.tolist() == [0, 0, 0, 3, 3, 3]
+    chained = cluster.agglomerate(np.ones(6, dtype=np.int64), _scored(rows), link_threshold=0.05)
+    assert len(set(chained.tolist())) == 1  # what connected components would do
+
+
+def test_veto_blocks_merge_for_good() -> None:
+    rows = [(0, 1, 0.9, True, None), (1, 2, 0.9, True, None), (0, 2, 0.5, False, "bytes_conflict")]
+    labels = cluster.agglomerate(np.ones(3, dtype=np.int64), _scored(rows), link_threshold=0.1)
+    assert labels[0] != labels[2]
+
+
+def test_missing_title_column_is_a_clear_error(cfg, tmp_path) -> None:
+    from pairsieve.errors import PairsieveError
+
+    with pytest.raises(PairsieveError, match="title"):
+        cluster.run(cfg, pl.DataFrame({S.LISTING_ID: ["x"]}), tmp_path)
+
+
+def test_compare_scores_pairsieve_and_baselines(cfg, encoder) -> None:
+    from pairsieve.cluster import evaluate
+
+    scores = evaluate.compare(cfg, catalog(), "true_product_id", encoder)
+    assert set(scores) == {
+        "pairsieve",
+        "exact_title",
+        "minhash_components",
+        "embedding_components",
+    }
+    ours = scores["pairsieve"]
+    assert ours.pairwise_precision == 1.0 and ours.largest_cluster <= 3
+    assert scores["exact_title"].clusters == len(TITLES) - 2  # b1/b2 and w1/w2 share titles
+    assert scores["exact_title"].pairwise_precision == 0.5  # "washing machine" x2 is wrong
+
+
+@pytest.mark.slow
+def test_cluster_command_writes_products(tmp_path, session_cache_dir) -> None:
+    from typer.testing import CliRunner
+
+    from pairsieve.cli import app
+
+    path = tmp_path / "catalog.csv"
+    catalog().write_csv(path)
+    args = ["cluster", "--catalog", str(path), "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, [*args, "--set", f"cache_dir={session_cache_dir}"])
+    assert result.exit_code == 0, result.output
+    products = pl.read_parquet(tmp_path / "out" / S.PRODUCTS_FILE)
+    assert products[S.LISTING_ID].to_list() == sorted(TITLES)
+    missing = CliRunner().invoke(app, ["cluster", "--catalog", "nope.csv", "--out", "x"])
+    assert missing.exit_code == 2
+
+
+def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
+    """`cluster_verify.verify` evaluates `match.assess` / `match.jaccard` column-wise; every pair
+    of a small real-title set (all conflict kinds, codes, brands) must match the per-pair
+    functions."""
+    from pairsieve.text import attributes as text
+    from pairsieve.text import match
+
+    titles = [t for t, _ in TITLES.values()] + [
+        "sony rx100 iv",
+        "sony rx100 vi",
+        "panasonic lx100",
+        "panasonic lx100 mark ii",
+        "samsung galaxy s8 64gb",
+        "samsung galaxy s9 64gb",
+        "apple iphone 7 32gb",
+        "apple iphone 8 32gb",
+        "bosch 7kg 1400rpm washer 60cm",
+        "bosch 8kg 1400rpm washer 60cm",
+        "intel core i7-8700k 3.7ghz lga1151",
+        "intel core i7 8700k 3.7 ghz",
+        "",
+    ]
+    frame = cluster.prepare(
+        pl.DataFrame(
+            {
+                S.LISTING_ID: [f"x{i:02d}" for i in range(len(titles))],
+                S.TITLE: titles,
+                S.BRAND: [["acme", None, "zeta", None][i % 4] for i in range(len(titles))],
+            }
+        )
+    )
+    nodes = cluster.node_table(frame)
+    attrs = [text.extract_attributes(t) for t in nodes[S.TITLE_NORM].to_list()]
+    n = len(nodes)
+    pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
+    candidates = pl.DataFrame({"a": pairs[:, 0], "b": pairs[:, 1], S.SIGNAL: "minhash"})
+    cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False}).cluster
+    scored = cluster_verify.verify(cfg, candidates, nodes, attrs, None)
+    informative = nodes["_informative"].to_list()
+    brands = nodes[S.BRAND].to_list()
+    for (a, b), jac, reason in zip(
+        pairs.tolist(), scored[S.JACCARD], scored[S.VETO_REASON], strict=True
+    ):
+        assert jac == round(match.jaccard(attrs[a], attrs[b]), 4)
+        if not (informative[a] and informative[b]):
+            expected = "low_information"
+        elif brands[a] and brands[b] and brands[a] != brands[b]:
+            expected = "brand_conflict"
+        else:
+            expected = match.assess(attrs[a], attrs[b])[0]
+        assert reason == expected, (nodes[S.TITLE_NORM][a], nodes[S.TITLE_NORM][b])
+
+
+def _reference_agglomerate(counts: np.ndarray, scored: pl.DataFrame, threshold: float) -> list:
+    """The constrained average linkage as a plain Python heap-and-dict loop (the code
+    `merge_loop` replaced): every pair is a [weight, vetoed] cell, summed when repeated."""
+    import heapq
+
+    n = len(counts)
+    size = [float(c) for c in counts]
+    links: list[dict[int, list]] = [{} for _ in range(n)]
+    for a, b, score, ok, veto in scored.iter_rows():
+        w = score * float(counts[a]) * float(counts[b]) if ok else 0.0
+        for p, q in ((a, b), (b, a)):
+            cell = links[p].setdefault(q, [0.0, False])
+            cell[0] += w
+            cell[1] = cell[1] or veto is not None
+    parent = list(range(n))
+    heap = [
+        (-w / (size[x] * size[y]), x, y)
+        for x in range(n)
+        for y, (w, v) in links[x].items()
+        if x < y and not v and w / (size[x] * size[y]) >= threshold
+    ]
+    heapq.heapify(heap)
+    while heap:
+        neg, x, y = heapq.heappop(heap)
+        if parent[x] != x or parent[y] != y or y not in links[x]:
+            continue
+        w, v = links[x][y]
+        if v or abs(w / (size[x] * size[y]) + neg) > 1e-12:
+            continue
+        parent[y] = x
+        size[x] += size[y]
+        _reference_merge(x, y, links)
+        for z, (wz, vz) in links[x].items():
+            if not vz and wz / (size[x] * size[z]) >= threshold:
+                heapq.heappush(heap, (-wz / (size[x] * size[z]), min(x, z), max(x, z)))
+    return [_root(parent, node) for node in range(n)]
+
+
+def _reference_merge(x: int, y: int, links: list[dict[int, list]]) -> None:
+    """Fold y's cells into x's: weights summed, vetoes OR-ed, neighbours repointed."""
+    del links[x][y]
+    for z, (wz, vz) in links[y].items():
+        if z == x:
+            continue
+        cell = links[x].setdefault(z, [0.0, False])
+        cell[0] += wz
+        cell[1] = cell[1] or vz
+        del links[z][y]
+        links[z][x] = cell
+    links[y] = {}
+
+
+def _root(parent: list[int], node: int) -> int:
+    while parent[node] != node:
+        node = parent[node]
+    return node
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_compiled_merge_loop_equals_the_python_loop(seed: int) -> None:
+    """`agglomerate` (numpy + the numba `merge_loop`) labels random graphs exactly as the plain
+    Python loop: tied scores, listing counts, vetoes, repeated and reversed pairs, two-node
+    components."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 60))
+    m = int(rng.integers(1, 4 * n))
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = a != b
+    a, b = a[keep], b[keep]
+    if seed % 2:  # distinct pairs, as `verify` produces them
+        key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))
+        a, b = key // n, key % n
+    veto = rng.random(len(a)) < 0.15
+    accepted = ~veto & (rng.random(len(a)) < 0.7)
+    scored = pl.DataFrame(
+        {
+            "a": a.astype(np.int64),
+            "b": b.astype(np.int64),
+            "score": rng.choice([0.5, 2 / 3, 0.75, 0.8, 0.9, 1.0], len(a)),
+            S.ACCEPTED: accepted,
+            S.VETO_REASON: pl.Series(
+                [("bytes_conflict" if v else None) for v in veto], dtype=pl.String
+            ),
+        }
+    )
+    counts = rng.integers(1, 4, n).astype(np.uint32)
+    for threshold in (0.3, 0.5, 0.8):
+        want = _reference_agglomerate(counts, scored, threshold)
+        assert cluster.agglomerate(counts, scored, threshold).tolist() == want
+
+
+def test_in_two_processes_is_ordered_and_reports_failures() -> None:
+    """The fork helper returns both halves in order, and a failing half raises (no hang)."""
+    squares = forked.in_two_processes(lambda lo, hi: [i * i for i in range(lo, hi)], 50_001)
+    assert len(squares) == 2
+    assert [x for half in squares for x in half] == [i * i for i in range(50_001)]
+    assert forked.in_two_processes(lambda lo, hi: (lo, hi), 10) == [(0, 10)]
+
+    def fail_in_child(lo: int, hi: int) -> int:
+        if lo > 0:
+            raise ValueError("child")
+        return 0
+
+    with pytest.raises(RuntimeError, match="forked worker failed"):
+        forked.in_two_processes(fail_in_child, 50_000)
+
+    def fail_in_parent(lo: int, hi: int) -> bytes:
+        if lo == 0:
+            raise ValueError("parent")
+        return b"x" * (1 << 20)  # more than a pipe buffer: the child blocks until read
+
+    with pytest.raises(ValueError, match="parent"):
+        forked.in_two_processes(fail_in_parent, 50_000)
+
+
+def test_forked_workers_give_byte_identical_outputs(tmp_path, monkeypatch) -> None:
+    """Attributes and code comparisons split over a forked child change no output byte."""
+    from pairsieve.core import io
+    from pairsieve.datasets.synth import catalog_chunk
+
+    frame = catalog_chunk(0, 700, 700, 0).head(3000).drop(S.TRUE_PRODUCT_ID)
+    cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False})
+    hashes = []
+    for label, threshold in (("alone", 10**9), ("forked", 1)):
+        monkeypatch.setattr(forked, "FORK_MIN_ITEMS", threshold)
+        cluster.run(cfg, frame, tmp_path / label)
+        hashes.append(
+            [io.sha256_file(tmp_path / label / f) for f in (S.PRODUCTS_FILE, S.PAIRS_FILE)]
+        )
+    assert hashes[0] == hashes[1]
+
+
+def test_code_block_pairs_equal_brute_force() -> None:
+    """Every node pair sharing a blocking key of a block of at most max_block nodes."""
+    from pairsieve.cluster.reuse import touching
+    from pairsieve.text import attributes as text
+    from pairsieve.text import match
+
+    rng = np.random.default_rng(0)
+    codes = ["ue55nu8000", "ue55nu8000txxu", "55nu8000", "ue65nu8000", "kx1234ab", "x12345", "ab12"]
+    for max_block in (2, 3, 5, 50):
+        attrs = [
+            text.extract_attributes(" ".join(rng.choice(codes, size=rng.integers(0, 3))))
+            for _ in range(40)
+        ]
+        keys = [set().union(*(match.code_keys(c) for c in a.codes | a.joined)) for a in attrs]
+        members: dict[str, list[int]] = {}
+        for node, node_keys in enumerate(keys):
+            for key in node_keys:
+                members.setdefault(key, []).append(node)
+        expected = sorted(
+            {
+                (x, y)
+                for nodes in members.values()
+                if len(nodes) <= max_block
+                for i, x in enumerate(nodes)
+                for y in nodes[i + 1 :]
+            }
+        )
+        skipped = sum(len(nodes) > max_block for nodes in members.values())
+        pairs, n_skipped = cluster.code_block_pairs(attrs, max_block)
+        assert [tuple(p) for p in pairs.tolist()] == expected
+        assert n_skipped == skipped
+        wanted = rng.random(len(attrs)) < 0.2  # a day-2 build's changed titles
+        some, _ = cluster.code_block_pairs(attrs, max_block, wanted)
+        assert touching(some, wanted).tolist() == touching(pairs, wanted).tolist()
