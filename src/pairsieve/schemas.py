@@ -6,8 +6,6 @@ misspelt one is an AttributeError at import time rather than a silently empty co
 
 from __future__ import annotations
 
-import hashlib
-
 SCHEMA_VERSION = 1
 
 # --- inputs --------------------------------------------------------------------------------------
@@ -94,14 +92,3 @@ REPORT_HTML = "report.html"
 REPORT_JSON = "report.json"
 
 STAGES = ("ingest", "cluster", "mine", "shards", "report")
-
-
-def stable_hash(text: str, n_bytes: int = 8) -> str:
-    """Hex digest used for ids: blake2b, so ids do not depend on Python's salted ``hash``."""
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=n_bytes).hexdigest()
-
-
-def product_int(product_id: str) -> int:
-    """Map a string product id to the non-negative int64 that shard ``label`` columns carry."""
-    digest = hashlib.blake2b(product_id.encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "big") & 0x7FFF_FFFF_FFFF_FFFF

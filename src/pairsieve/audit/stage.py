@@ -24,6 +24,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult
+from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
 from pairsieve.report import sections as R
 from pairsieve.report.stage import (
@@ -144,7 +145,7 @@ def listings_for(data: pl.DataFrame, catalog: pl.DataFrame | None) -> pl.DataFra
     texts = pl.concat([data[S.POSITIVE], data[NEGATIVES].explode()]).drop_nulls().unique().sort()
     own = pl.DataFrame({S.TITLE: texts}).with_columns(
         pl.col(S.TITLE)
-        .map_elements(lambda t: "t" + S.stable_hash(t), pl.String)
+        .map_elements(lambda t: "t" + hex_digest(t), pl.String)
         .alias(S.LISTING_ID)
     )
     if catalog is None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.core.hashing import hex_digest
 
 ID_CHANGES_FILE = "id_changes.parquet"
 FIRST_SEEN = "first_seen"
@@ -78,7 +79,7 @@ def reconcile(
         pl.when(pl.col(S.PRODUCT_ID).is_in(taken))
         .then(
             pl.concat_str(pl.col(S.PRODUCT_ID), pl.lit(f"@{build_number}")).map_elements(
-                lambda v: "p" + S.stable_hash(v), return_dtype=pl.String
+                lambda v: "p" + hex_digest(v), return_dtype=pl.String
             )
         )
         .otherwise(pl.col(S.PRODUCT_ID))

@@ -16,7 +16,7 @@ pairwise F1 0.001-0.10, because one bridge pair chains "iPhone 8 64GB" to "iPhon
 4. Accepted pairs are merged by constrained average linkage (`agglomerate`): two clusters merge
    only when the mean score over *all* their cross pairs reaches `link_threshold` and no cross
    pair is vetoed, in descending linkage order. A single bridge pair cannot chain two products.
-5. A product id is ``"p" + stable_hash(smallest member listing_id)``: a function of the members
+5. A product id is ``"p" + hex_digest(smallest member listing_id)``: a function of the members
    only, so shuffled input yields byte-identical output.
 
 Measured with the defaults (benchmarks/RESULTS.md, "cluster"): PriceRunner pairwise F1 0.629
@@ -42,6 +42,7 @@ from pairsieve.cluster.verify import INFORMATIVE, resolved_link_threshold, verif
 from pairsieve.config import ClusterConfig, PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult
+from pairsieve.core.hashing import hex_digest
 from pairsieve.core.parallel import in_two_processes
 from pairsieve.errors import PairsieveError
 from pairsieve.text import attributes as text
@@ -390,8 +391,8 @@ def _embedding_candidates(
     """kNN pairs touching an unsettled node (all when None), the node vectors, the index's
     `knn.IvfLayout` (built on ``previous`` while its centroids fit), and what was embedded and
     trained."""
+    from pairsieve.core.hashing import text_keys
     from pairsieve.vectors import knn
-    from pairsieve.vectors.embed import text_keys
 
     titles = nodes[S.TITLE].to_list()
     vectors, details = _embed(cfg, titles, encoder)
@@ -506,7 +507,7 @@ def products_frame(result: Clustering) -> pl.DataFrame:
     # One hash per product, not per listing.
     firsts = out["_first"].unique()
     ids = pl.DataFrame(
-        {"_first": firsts, S.PRODUCT_ID: ["p" + S.stable_hash(x) for x in firsts.to_list()]},
+        {"_first": firsts, S.PRODUCT_ID: ["p" + hex_digest(x) for x in firsts.to_list()]},
         schema={"_first": pl.String, S.PRODUCT_ID: pl.String},
     )
     out = out.join(ids, on="_first", how="left").with_columns(

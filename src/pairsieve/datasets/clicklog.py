@@ -20,7 +20,6 @@ same rows as generating it at once, and row order never changes the result.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.core.hashing import seeded_keys, splitmix64
 from pairsieve.errors import PairsieveError
 
 log = logging.getLogger(__name__)
@@ -53,23 +53,10 @@ _UNITS = r"(gb|tb|mb|go|mah|w|mp|inch|zoll|cm|l|kg|ghz)"
 _EPOCH = 1_704_067_200  # 2024-01-01 UTC: logs span the 90 days after it
 
 # --- counter-based randomness: splitmix64 (Steele et al. 2014), vectorised over uint64 keys ----
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser: a bijection of uint64 with good avalanche (wraps silently)."""
-    z = np.asarray(x, dtype=np.uint64) + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
-
-
 def subkeys(keys: np.ndarray, index: np.ndarray | int) -> np.ndarray:
     """Independent child keys ``(key, index)``, e.g. the j-th session of a product."""
     index = np.broadcast_to(np.asarray(index, dtype=np.uint64), np.shape(keys))
-    return mix64(np.asarray(keys, dtype=np.uint64) ^ mix64(index + np.uint64(1)))
+    return splitmix64(np.asarray(keys, dtype=np.uint64) ^ splitmix64(index + np.uint64(1)))
 
 
 def uniform(keys: np.ndarray, stream: int) -> np.ndarray:
@@ -77,18 +64,6 @@ def uniform(keys: np.ndarray, stream: int) -> np.ndarray:
     salt = np.array([stream], dtype=np.uint64) * np.uint64(0x632BE59BD9B4E019)  # wraps
     bits = subkeys(keys, salt[0]) >> np.uint64(11)
     return (bits.astype(np.float64) + 0.5) / float(1 << 53)
-
-
-def string_keys(ids: list[str], seed: int) -> np.ndarray:
-    """A uint64 key per id from blake2b(seed, id): stable across runs, platforms and versions."""
-    return np.fromiter(
-        (
-            int.from_bytes(hashlib.blake2b(f"{seed}\x1f{i}".encode(), digest_size=8).digest())
-            for i in ids
-        ),
-        dtype=np.uint64,
-        count=len(ids),
-    )
 
 
 def geometric(mean: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -307,7 +282,7 @@ def derive_clicks(
     """
     model = model or ClickModel()
     products, listing_ids = product_table(catalog, truth_column)
-    keys = string_keys(products[truth_column].to_list(), seed)
+    keys = seeded_keys(products[truth_column].to_list(), seed)
     weight = np.minimum(uniform(keys, 100) ** -model.zipf_exponent, model.max_popularity)
     mean = (
         queries_per_product * weight / _mean_popularity(model.zipf_exponent, model.max_popularity)

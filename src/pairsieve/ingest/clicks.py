@@ -17,6 +17,7 @@ import polars as pl
 
 from pairsieve.config import IngestConfig
 from pairsieve.core import io
+from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
 from pairsieve.ingest.stage import (
     _CONTROL,
@@ -51,7 +52,6 @@ from pairsieve.schemas import (
     SESSION_ID,
     TS,
     WEIGHT,
-    stable_hash,
 )
 from pairsieve.text.attributes import normalize_expr
 
@@ -346,7 +346,7 @@ def _canonical_queries(per_spelling: pl.DataFrame, norms: pl.DataFrame) -> pl.Da
     forms = per_spelling.group_by(QUERY).agg(pl.col(CLICK_ROWS).sum()).join(norms, on=QUERY)
     top = pl.col(CLICK_ROWS) == pl.col(CLICK_ROWS).max().over(QUERY_NORM)
     canonical = forms.filter(top).group_by(QUERY_NORM).agg(pl.col(QUERY).min())
-    ids = [stable_hash(text) for text in canonical[QUERY_NORM].to_list()]
+    ids = [hex_digest(text) for text in canonical[QUERY_NORM].to_list()]
     return canonical.with_columns(pl.Series(QUERY_ID, ids, dtype=pl.String))
 
 

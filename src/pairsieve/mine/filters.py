@@ -8,13 +8,12 @@ tested on hand-built score tables, and so that the same code judges every varian
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig
+from pairsieve.core.hashing import avalanche64, column_keys
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 
@@ -87,31 +86,13 @@ def short_queries(positives: pl.DataFrame, kept: pl.DataFrame, num_negatives: in
     return per_pair.filter(pl.col("_n").fill_null(0) < num_negatives)[S.QUERY].unique()
 
 
-def _text_keys(values: pl.Series) -> pl.Series:
-    """uint64 key per string from blake2b: stable across processes and library versions."""
-    distinct = values.unique().sort()
-    keys = [
-        int.from_bytes(hashlib.blake2b(v.encode(), digest_size=8).digest(), "big")
-        for v in distinct.to_list()
-    ]
-    lookup = pl.DataFrame({"_v": distinct, "_k": pl.Series(keys, dtype=pl.UInt64)})
-    return values.to_frame("_v").join(lookup, on="_v", how="left", maintain_order="left")["_k"]
-
-
-def _splitmix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser over uint64 arrays (wrapping arithmetic)."""
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
-
-
 def _random_keys(table: pl.DataFrame, seed: int) -> pl.Series:
     """A seeded pseudo-random uint64 per (query, positive, negative): depends on those ids and
     the seed only, so the sample does not change with input order or with other rows."""
     mixed = np.full(table.height, np.uint64(seed & 0xFFFF_FFFF_FFFF_FFFF), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for column in (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID):
-            mixed = _splitmix(mixed ^ _text_keys(table[column]).to_numpy())
+            mixed = avalanche64(mixed ^ column_keys(table[column]).to_numpy())
     return pl.Series("_key", mixed, dtype=pl.UInt64)
 
 

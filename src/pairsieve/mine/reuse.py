@@ -42,6 +42,7 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.core.contract import load_result
+from pairsieve.core.hashing import hex_digest
 from pairsieve.mine.filters import short_queries
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def titles_and_products(listings: pl.DataFrame, products: pl.DataFrame) -> pl.Da
 
 def refresh_slot(query: str, every: int) -> int:
     """The build (modulo ``every``) in which ``query`` is mined again even when unchanged."""
-    return int(S.stable_hash(query), 16) % every
+    return int(hex_digest(query), 16) % every
 
 
 def _regrouped_queries(

@@ -44,6 +44,7 @@ from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult
+from pairsieve.core.hashing import text_keys
 from pairsieve.errors import PairsieveError
 from pairsieve.mine.filters import (
     REASONS,
@@ -61,7 +62,6 @@ from pairsieve.vectors.embed import (
     embed_texts,
     load_encoder,
     shared_cache,
-    text_keys,
 )
 
 log = logging.getLogger(__name__)

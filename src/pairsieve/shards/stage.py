@@ -16,7 +16,6 @@ id, so no positive product is on both sides.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult
+from pairsieve.core.hashing import label_int, seeded_key
 from pairsieve.errors import PairsieveError
 from pairsieve.shards.batching import cap_per_product, plan_product_disjoint
 
@@ -49,15 +49,9 @@ EVAL_PREFIX = "eval"
 META_PREFIX = "meta"
 
 
-def seeded_hash(seed: int, *parts: str) -> int:
-    """Unsigned 64-bit blake2b of the seed and parts: an input-order-independent priority."""
-    text = "\x1f".join((str(seed), *parts))
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
-
-
 def is_eval_product(seed: int, product_id: str, fraction: float) -> bool:
     """Whether a product is held out: its seeded hash falls in the lowest `fraction` of 2**64."""
-    return fraction > 0 and seeded_hash(seed, "eval", product_id) < fraction * 2.0**64
+    return fraction > 0 and seeded_key(seed, "eval", product_id) < fraction * 2.0**64
 
 
 # --- reading and joining the inputs ---------------------------------------------------------------
@@ -108,7 +102,7 @@ def _pairs(clicks: pl.LazyFrame, key: str) -> pl.LazyFrame:
 def _products_with_ints(products: pl.LazyFrame) -> pl.LazyFrame:
     ids = products.select(S.PRODUCT_ID).unique().collect()[S.PRODUCT_ID].to_list()
     table = pl.DataFrame(
-        {S.PRODUCT_ID: ids, _POS_INT: [S.product_int(str(p)) for p in ids]},
+        {S.PRODUCT_ID: ids, _POS_INT: [label_int(str(p)) for p in ids]},
         schema={S.PRODUCT_ID: pl.String, _POS_INT: pl.Int64},
     )
     return products.select(S.LISTING_ID, pl.col(S.PRODUCT_ID).cast(pl.String)).join(
@@ -154,7 +148,7 @@ def _negative_lists(
 def _with_order(rows: pl.DataFrame, seed: int) -> pl.DataFrame:
     """Add the seeded priority and query group, and sort by it: the canonical row order."""
     order_keys = [
-        seeded_hash(seed, q, lid)
+        seeded_key(seed, q, lid)
         for q, lid in zip(rows[_KEY].to_list(), rows[S.POSITIVE_LISTING_ID].to_list(), strict=True)
     ]
     return rows.with_columns(
@@ -361,7 +355,7 @@ def _manifest(
         "eval_fraction": cfg.shards.eval_fraction,
         "num_negatives": k,
         "columns": [S.ANCHOR, S.POSITIVE, *(S.negative_column(i + 1) for i in range(k)), S.LABEL],
-        "label": "int64 product ids [positive, negative_1, ...] (pairsieve.schemas.product_int)",
+        "label": "int64 product ids [positive, negative_1, ...] (pairsieve.core.hashing.label_int)",
         "rows": {
             split: sum(e["rows"] for e in entries if not e["meta"])
             for split, entries in files.items()

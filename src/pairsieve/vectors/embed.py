@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve.config import EmbedConfig, PairsieveConfig
+from pairsieve.core.hashing import text_keys
 from pairsieve.core.io import write_parquet
 
 log = logging.getLogger(__name__)
@@ -111,18 +112,6 @@ def load_encoder(cfg: EmbedConfig, cache_dir: str | Path | None = None) -> Encod
     root = Path(cache_dir or PairsieveConfig.model_fields["cache_dir"].default).expanduser()
     onnx_file = ensure_onnx_model(path, root / "onnx", cfg.backend)
     return OnnxEncoder(onnx_file, path, cfg, _model_key(path, cfg))
-
-
-def text_keys(texts: Sequence[str]) -> np.ndarray:
-    """(n,) uint64 cache keys: the first 8 bytes of blake2b of each text."""
-    return np.fromiter(
-        (
-            int.from_bytes(hashlib.blake2b(t.encode("utf-8"), digest_size=8).digest(), "big")
-            for t in texts
-        ),
-        dtype=np.uint64,
-        count=len(texts),
-    )
 
 
 class EmbeddingCache:

@@ -11,6 +11,7 @@ from pairsieve.cluster import stage as cluster
 from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import parallel as forked
+from pairsieve.core.hashing import hex_digest
 
 TITLES = {
     # one product, three sellers
@@ -67,7 +68,7 @@ def test_products_keep_variants_apart(cfg, encoder, tmp_path) -> None:
     assert by_id["w1"][S.METHOD] == "singleton"
     assert by_id["t1"][S.METHOD] == "code" and by_id["t1"][S.CLUSTER_SIZE] == 2
     assert by_id["b2"][S.METHOD] == "exact"
-    assert by_id["a1"][S.PRODUCT_ID] == "p" + S.stable_hash("a1")
+    assert by_id["a1"][S.PRODUCT_ID] == "p" + hex_digest("a1")
 
 
 def test_veto_reasons_recorded(cfg, encoder, tmp_path) -> None:

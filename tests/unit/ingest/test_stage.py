@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from pairsieve.cli import app
 from pairsieve.config import PairsieveConfig
+from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
 from pairsieve.ingest import clicks as ingest_clicks
 from pairsieve.ingest import stage as ingest
@@ -36,7 +37,6 @@ from pairsieve.schemas import (
     TITLE,
     TITLE_NORM,
     TS,
-    stable_hash,
 )
 
 CFG = PairsieveConfig()
@@ -222,7 +222,7 @@ def test_aggregation_keeps_most_frequent_spelling_and_exact_sums(tmp_path):
     # "IPHONE 12" and "iPhone 12" both appear twice: the tie goes to the smaller string.
     assert pairs[QUERY].to_list() == ["IPHONE 12", "IPHONE 12"]
     assert pairs[QUERY_NORM].to_list() == ["iphone 12", "iphone 12"]
-    assert pairs[QUERY_ID].to_list() == [stable_hash("iphone 12")] * 2
+    assert pairs[QUERY_ID].to_list() == [hex_digest("iphone 12")] * 2
     assert pairs[CLICKS].to_list() == [0.3, 1.5]  # exact: summed in micro-units
     assert pairs[CLICK_ROWS].to_list() == [4, 1]
     assert pairs["session_id"].to_list() == ["s2", "s1"]

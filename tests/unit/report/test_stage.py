@@ -17,6 +17,7 @@ from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult
+from pairsieve.core.hashing import label_int
 from pairsieve.report import impact
 from pairsieve.report import stage as report
 from tests.paths import SAMPLE_DIR
@@ -125,7 +126,7 @@ def _write_shards(run_dir: Path, clicks: pl.DataFrame, products: pl.DataFrame) -
     rows = clicks.join(products, on=S.LISTING_ID).sort(S.LISTING_ID)
     by_rank = rows.with_columns(pl.int_range(pl.len()).over(S.PRODUCT_ID).alias("_k"))
     ordered = by_rank.sort("_k", S.PRODUCT_ID)
-    labels = [[S.product_int(p), S.product_int("neg")] for p in ordered[S.PRODUCT_ID].to_list()]
+    labels = [[label_int(p), label_int("neg")] for p in ordered[S.PRODUCT_ID].to_list()]
     train = ordered.select(
         pl.col(S.QUERY).alias(S.ANCHOR),
         pl.col(S.TITLE).alias(S.POSITIVE),

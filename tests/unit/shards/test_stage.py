@@ -12,6 +12,7 @@ import pytest
 
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig, build_config
+from pairsieve.core.hashing import hex_digest, label_int
 from pairsieve.core.io import sha256_file
 from pairsieve.errors import PairsieveError
 from pairsieve.shards import batching
@@ -54,7 +55,7 @@ def fixture_tables(n_products: int = 60, k: int = 3, seed: int = 0) -> dict[str,
                     {
                         S.QUERY: query.upper() if q % 2 else query,
                         S.QUERY_NORM: query,
-                        S.QUERY_ID: S.stable_hash(query),
+                        S.QUERY_ID: hex_digest(query),
                         S.LISTING_ID: lid,
                         S.CLICKS: 1 + q,
                     }
@@ -136,7 +137,7 @@ def test_layout_labels_and_accounting(tmp_path, tables):
     for row, info in zip(train.iter_rows(named=True), meta.iter_rows(named=True), strict=True):
         assert row["positive"] == title_of[info[S.POSITIVE_LISTING_ID]]
         expected = [info[S.POSITIVE_LISTING_ID], *info[S.NEGATIVE_LISTING_IDS]]
-        assert row["label"] == [S.product_int(product_of[lid]) for lid in expected]
+        assert row["label"] == [label_int(product_of[lid]) for lid in expected]
         assert [row[f"negative_{i}"] for i in (1, 2, 3)] == [title_of[x] for x in expected[1:]]
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from pairsieve.config import EmbedConfig, PairsieveConfig
+from pairsieve.core.hashing import text_keys
 from pairsieve.errors import PairsieveError
 from pairsieve.vectors.embed import (
     EmbeddingCache,
@@ -26,7 +27,6 @@ from pairsieve.vectors.embed import (
     read_cached,
     read_partition,
     shared_cache,
-    text_keys,
     write_partitions,
 )
 
