@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import generate_fast  # noqa: E402 - the sibling benchmark's generator
 
 from pairsieve.core.memory import ingest_need_mb  # noqa: E402
+from pairsieve.ingest import rules
 from pairsieve.ingest import stage as ingest
 
 
@@ -68,7 +69,7 @@ def child(clicks: str, catalog: str, out: str) -> None:
         "pairs": details["clicks"]["rows_out"],
         "listings": details["catalog"]["rows_out"],
         "quarantined": sum(
-            n for reason, n in result.dropped_by_reason.items() if reason != ingest.AGGREGATED
+            n for reason, n in result.dropped_by_reason.items() if reason != rules.AGGREGATED
         ),
         "ingest_s": seconds,
         "cpu_s": cpu,

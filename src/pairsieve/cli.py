@@ -256,6 +256,7 @@ def ingest_command(
     """Validate the click log and catalog into OUT/ingest/ (clicks, listings, quarantine).
 
     The same step `pairsieve build` runs first, so a build into the same OUT skips it."""
+    from pairsieve.core.layout import RunLayout
     from pairsieve.core.memory import watch
     from pairsieve.orchestration.steps import ingest_step
 
@@ -268,7 +269,7 @@ def ingest_command(
         if created and out.is_dir() and not any(out.iterdir()):
             out.rmdir()  # a failed run leaves nothing behind, not even the folder
         raise
-    print_json({"stage_dir": str(out / "ingest"), **result.to_json()})
+    print_json({"stage_dir": str(RunLayout(out).stage_dir("ingest")), **result.to_json()})
 
 
 # --- audit ----------------------------------------------------------------------------------------

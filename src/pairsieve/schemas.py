@@ -85,9 +85,13 @@ LISTINGS_FILE = "listings.parquet"
 QUARANTINE_FILE = "quarantine.parquet"
 PRODUCTS_FILE = "products.parquet"
 PAIRS_FILE = "pairs.parquet"
+ID_CHANGES_FILE = "id_changes.parquet"
 NEGATIVES_FILE = "negatives.parquet"
 NEGATIVES_DROPPED_FILE = "negatives_dropped.parquet"
 MANIFEST_FILE = "manifest.json"
+TRAIN_PREFIX = "train"  # shard file name prefixes
+EVAL_PREFIX = "eval"
+META_PREFIX = "meta"
 REPORT_HTML = "report.html"
 REPORT_JSON = "report.json"
 

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from pairsieve.orchestration.publish import build_lock, lock_path, staging_dir, verify
+from pairsieve.core.layout import staging_dir
+from pairsieve.orchestration.publish import build_lock, lock_path, verify
 from tests.system.test_crash import build_env, finish, make_fixture, shard_digests, start_build
 
 __all__ = ["build_env"]  # the module-scoped fixture, shared with test_crash

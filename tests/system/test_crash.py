@@ -27,7 +27,8 @@ import polars as pl
 import pytest
 
 from pairsieve.core import io
-from pairsieve.orchestration.publish import staging_dir, verify
+from pairsieve.core.layout import staging_dir
+from pairsieve.orchestration.publish import verify
 from pairsieve.schemas import STAGE_JSON
 from tests.paths import REPO
 

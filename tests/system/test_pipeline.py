@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 from pairsieve import schemas as S
-from pairsieve.cluster.lineage import ID_CHANGES_FILE
 from pairsieve.config import load_config
 from pairsieve.core import io
+from pairsieve.core.layout import RunLayout
 from pairsieve.orchestration import steps
 from pairsieve.orchestration.publish import manifest_files, verify
 from pairsieve.schemas import TRUE_PRODUCT_ID
@@ -140,7 +140,7 @@ def test_flow_parameters_stay_small_whatever_the_catalog(prefect_harness, tmp_pa
     )
     assert result["shards"]["rows_out"] > 0
     assert verify(out) == []
-    assert not (out / steps.EMBED_PLAN_DIR).exists()
+    assert not RunLayout(out).embed_partitions.exists()
 
 
 @pytest.mark.slow
@@ -179,7 +179,7 @@ def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
     originals = copies["listing_id"].str.strip_suffix("-new")
     for copy, original in zip(copies["listing_id"], originals, strict=True):
         assert ids2[copy] == ids1[original], "a new copy must join its product's existing id"
-    changes = pl.read_parquet(tmp_path / "b2" / "cluster" / ID_CHANGES_FILE)
+    changes = pl.read_parquet(RunLayout(tmp_path / "b2").id_changes)
     assert set(changes["change"]) <= {"new", "merged", "split", "removed"}
     truth = dict(
         pl.read_parquet(day2_data / "catalog.parquet").select("listing_id", TRUE_PRODUCT_ID).rows()
@@ -257,7 +257,7 @@ def _check_refilter(cfg, build: Path) -> None:
     from pairsieve.mine import stage as mine
     from pairsieve.mine.reuse import PreviousMining
 
-    state = PreviousMining.load(build, steps.section_hash(cfg, "mine"))
+    state = PreviousMining.load(build, cfg.section_hash("mine"))
     rows = pl.concat([state.kept, state.dropped.collect().drop(S.REASON)])
     weakest = rows.group_by(S.QUERY).agg(pl.col(S.POSITIVE_SCORE).min().alias("_weakest"))
     shown = rows.join(weakest, on=S.QUERY).join(

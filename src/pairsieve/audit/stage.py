@@ -26,6 +26,7 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
+from pairsieve.ingest.catalog import read_catalog
 from pairsieve.report import sections as R
 from pairsieve.report.stage import (
     REPORT_SCHEMA_VERSION,
@@ -144,9 +145,7 @@ def listings_for(data: pl.DataFrame, catalog: pl.DataFrame | None) -> pl.DataFra
     dataset text equal to a catalog title maps to that title's catalog listings instead."""
     texts = pl.concat([data[S.POSITIVE], data[NEGATIVES].explode()]).drop_nulls().unique().sort()
     own = pl.DataFrame({S.TITLE: texts}).with_columns(
-        pl.col(S.TITLE)
-        .map_elements(lambda t: "t" + hex_digest(t), pl.String)
-        .alias(S.LISTING_ID)
+        pl.col(S.TITLE).map_elements(lambda t: "t" + hex_digest(t), pl.String).alias(S.LISTING_ID)
     )
     if catalog is None:
         return own.select(S.LISTING_ID, S.TITLE)
@@ -314,22 +313,15 @@ def score_sections(cfg: PairsieveConfig, labelled: pl.DataFrame) -> tuple[dict, 
     return temperature, hard
 
 
-def read_catalog(path: Path) -> pl.DataFrame:
-    """A catalog file (parquet, JSONL or CSV) with at least listing_id and title.
+def catalog_listings(path: Path, cfg: PairsieveConfig) -> pl.DataFrame:
+    """The catalog, read as a build reads it (`ingest.catalog.read_catalog`: same column renames,
+    encoding and separator), one row per listing id with a title: it names the listings the
+    dataset's texts come from.
 
     Raises:
-        PairsieveError: ``missing_file``, ``bad_format`` or ``missing_column``.
+        PairsieveError: ``missing_file``, ``unreadable_file`` or ``missing_column``.
     """
-    if not path.is_file():
-        raise PairsieveError("missing_file", "catalog not found", file=str(path))
-    frame = (
-        pl.read_csv(path, infer_schema=False) if path.suffix.lower() == ".csv" else _read_one(path)
-    )
-    for column in S.CATALOG_REQUIRED:
-        if column not in frame.columns:
-            raise PairsieveError(
-                "missing_column", "catalog lacks a column", file=str(path), column=column
-            )
+    frame = read_catalog(str(path), cfg.ingest)
     return frame.drop_nulls([S.LISTING_ID, S.TITLE]).unique(S.LISTING_ID, keep="first")
 
 
@@ -406,7 +398,7 @@ def run(
         raise PairsieveError(
             "empty_input", "no row with anchor, positive and a negative", file=str(dataset)
         )
-    catalog_df = read_catalog(Path(catalog)) if catalog else None
+    catalog_df = catalog_listings(Path(catalog), cfg) if catalog else None
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     listings = listings_for(data, catalog_df)
     product_of = cluster_texts(cfg, listings, out_dir / "cluster", encoder)

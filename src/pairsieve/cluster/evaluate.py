@@ -153,9 +153,9 @@ def load_eval_catalog(
     if (catalog is None) == (dataset is None):
         raise PairsieveError("bad_argument", "give exactly one of --catalog or --dataset")
     if catalog is not None:
-        from pairsieve.cluster.stage import read_listings
+        from pairsieve.ingest.catalog import read_catalog
 
-        return read_listings(catalog, cfg)
+        return read_catalog(str(catalog), cfg.ingest)
     if dataset == "pricerunner":
         from pairsieve.datasets.pricerunner import load_catalog
     elif dataset == "abt-buy":

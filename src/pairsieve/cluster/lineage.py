@@ -16,12 +16,17 @@ Every change is a row of `id_changes.parquet`.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.core import io
+from pairsieve.core.contract import StageResult, load_result
 from pairsieve.core.hashing import hex_digest
+from pairsieve.core.layout import RunLayout
 
-ID_CHANGES_FILE = "id_changes.parquet"
 FIRST_SEEN = "first_seen"
 CHANGE = "change"
 OTHER_PRODUCT_ID = "other_product_id"
@@ -162,3 +167,27 @@ def empty_changes() -> pl.DataFrame:
 def first_build(products: pl.DataFrame) -> pl.DataFrame:
     """Products of a build with no predecessor: every product is first seen in build 0."""
     return products.with_columns(pl.lit(0, pl.Int64).alias(FIRST_SEEN))
+
+
+def record(result: StageResult, out_dir: Path, previous: Path | None) -> StageResult:
+    """Give the products in ``out_dir`` their lasting ids: carried over from the previous build
+    folder ``previous``, or first seen now. Rewrites products.parquet with `first_seen`, writes
+    id_changes.parquet beside it and adds the build number and change counts to the result."""
+    products = pl.read_parquet(out_dir / S.PRODUCTS_FILE)
+    build_number = 0
+    if previous is None:
+        products, changes = first_build(products), empty_changes()
+    else:
+        before_layout = RunLayout(previous)
+        before = pl.read_parquet(before_layout.products)
+        if FIRST_SEEN not in before.columns:
+            before = first_build(before)
+        recorded = load_result(before_layout.stage_dir("cluster"))
+        build_number = (recorded.details.get("build_number", 0) if recorded else 0) + 1
+        products, changes = reconcile(products, before, build_number)
+    io.write_parquet(products, out_dir / S.PRODUCTS_FILE)
+    io.write_parquet(changes, out_dir / S.ID_CHANGES_FILE)
+    counts = dict(sorted(changes[CHANGE].value_counts().iter_rows()))
+    details = {**result.details, "build_number": build_number, "id_changes": counts}
+    outputs = {**result.outputs, "id_changes": S.ID_CHANGES_FILE}
+    return replace(result, details=details, outputs=outputs)

@@ -32,6 +32,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster.verify import INFORMATIVE
 from pairsieve.core.contract import load_result
+from pairsieve.core.layout import RunLayout
 from pairsieve.text import attributes as text
 
 if TYPE_CHECKING:
@@ -71,11 +72,11 @@ class PreviousClustering:
     def load(previous: Path, config_hash: str) -> PreviousClustering | str:
         """The previous build's clustering state, or why it cannot be reused (then the stage
         clusters from scratch): a different cluster config, or files from an older version."""
-        recorded = load_result(previous / "cluster")
+        layout = RunLayout(previous)
+        recorded = load_result(layout.stage_dir("cluster"))
         if recorded is None or recorded.config_hash != config_hash:
             return "the previous build was clustered with a different config"
-        pairs_path = previous / "cluster" / S.PAIRS_FILE
-        listings_path = previous / "ingest" / S.LISTINGS_FILE
+        pairs_path, listings_path = layout.pairs, layout.listings
         if not (pairs_path.exists() and listings_path.exists()):
             return "the previous build lacks ingest/listings.parquet or cluster/pairs.parquet"
         if S.LINK_SCORE not in pl.read_parquet_schema(pairs_path):
@@ -87,7 +88,7 @@ class PreviousClustering:
         return PreviousClustering(
             pl.read_parquet(listings_path, columns=columns),
             pl.read_parquet(pairs_path, columns=list(PAIR_COLUMNS)),
-            knn.IvfLayout.read(previous / "cluster"),
+            knn.IvfLayout.read(layout.stage_dir("cluster")),
         )
 
     def settled(self, frame: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:

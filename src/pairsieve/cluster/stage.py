@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.cluster import lineage
 from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.cluster.verify import INFORMATIVE, resolved_link_threshold, verify
 from pairsieve.config import ClusterConfig, PairsieveConfig
@@ -45,6 +46,7 @@ from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.parallel import in_two_processes
 from pairsieve.errors import PairsieveError
+from pairsieve.ingest.catalog import read_catalog
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 from pairsieve.vectors import minhash
@@ -573,34 +575,22 @@ def pairs_frame(result: Clustering, consume: bool = False) -> pl.DataFrame:
     return pl.DataFrame(columns)
 
 
-def read_listings(path: Path, cfg: PairsieveConfig) -> pl.DataFrame:
-    """A catalog (parquet, CSV or JSONL; file, glob or folder) read as text columns.
-
-    Raises:
-        PairsieveError: ``missing_file`` / ``unreadable_file`` / ``missing_column`` (see
-            `io.TableReader.scan`).
-    """
-    reader = io.TableReader(
-        S.CATALOG_REQUIRED,
-        dict(cfg.ingest.catalog_columns),
-        cfg.ingest.csv_encoding,
-        cfg.ingest.csv_separator,
-    )
-    frame, files = reader.scan(path)
-    return reader.collect(frame, files)
-
-
 def run(
     cfg: PairsieveConfig,
     listings: pl.DataFrame | Path,
     out_dir: Path,
     encoder: Encoder | None = None,
     previous: PreviousClustering | None = None,
+    previous_build: Path | None = None,
 ) -> StageResult:
-    """The cluster stage: write ``products.parquet`` and ``pairs.parquet`` into ``out_dir``
-    (reusing ``previous``'s pairs between unchanged titles when given)."""
+    """The cluster stage: write ``products.parquet``, ``pairs.parquet`` and
+    ``id_changes.parquet`` into ``out_dir``, reusing ``previous``'s pairs between unchanged
+    titles when given, and carrying product ids over from the build folder ``previous_build``
+    (`lineage.record`; without one every product is first seen now)."""
     frame = (
-        read_listings(Path(listings), cfg) if not isinstance(listings, pl.DataFrame) else listings
+        read_catalog(str(listings), cfg.ingest)
+        if not isinstance(listings, pl.DataFrame)
+        else listings
     )
     result = cluster_listings(cfg, frame, encoder, previous=previous)
     products = products_frame(result)
@@ -622,7 +612,7 @@ def run(
         "largest_cluster": int(sizes["len"].max()) if len(sizes) else 0,
         "methods": dict(sorted(products[S.METHOD].value_counts().iter_rows())),
     }
-    return StageResult(
+    result = StageResult(
         stage="cluster",
         rows_in=len(frame),
         rows_out=len(products),
@@ -630,3 +620,4 @@ def run(
         outputs=outputs,
         details=details,
     )
+    return lineage.record(result, out_dir, previous_build)

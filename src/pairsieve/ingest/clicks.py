@@ -3,9 +3,8 @@
 It is a module of its own because the click log is the input that outgrows memory: it is
 streamed BATCH_ROWS rows at a time and, across batches, only the merged rows of each distinct raw
 (query, listing) pair, the query spellings and the quarantined rows are kept, so memory grows with
-distinct pairs, not with raw rows. The stage itself (reason codes, catalog validation, quarantine
-rows, accounting, `run`) is `pairsieve.ingest.stage`, whose reason codes and shared helpers
-this module builds on.
+distinct pairs, not with raw rows. Reason codes and the checks shared with the catalog are
+`pairsieve.ingest.rules`; the stage (accounting, `run`) is `pairsieve.ingest.stage`.
 """
 
 from __future__ import annotations
@@ -19,27 +18,7 @@ from pairsieve.config import IngestConfig
 from pairsieve.core import io
 from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
-from pairsieve.ingest.stage import (
-    _CONTROL,
-    _INTERNAL,
-    _KEY,
-    _ORDER,
-    BAD_ENCODING,
-    BAD_VALUE,
-    CLICKS_TABLE,
-    CONTROL_CHARACTERS,
-    MISSING_LISTING_ID,
-    MISSING_QUERY,
-    QUERY_TOO_LONG,
-    UNKNOWN_LISTING,
-    _bad_encoding,
-    _blank,
-    _first_reason,
-    _ordered_columns,
-    _quarantine_rows,
-    _raw_columns,
-    _reader,
-)
+from pairsieve.ingest import rules
 from pairsieve.schemas import (
     CLICK_ROWS,
     CLICKS,
@@ -61,7 +40,7 @@ _MICRO = 1_000_000
 # Larger clicks/weight/position values are logging faults (bad_value); the bound keeps a value in
 # micro-units, and the sum of millions of them per pair, inside int64.
 _MAX_NUMBER = 1e6
-_TYPED = f"{_INTERNAL}typed_"  # prefix of the parsed copies of clicks/weight/position/ts
+_TYPED = f"{rules.INTERNAL}typed_"  # prefix of the parsed copies of clicks/weight/position/ts
 _TS_FORMATS = (
     "%Y-%m-%dT%H:%M:%S%.f%z",
     "%Y-%m-%d %H:%M:%S%.f%z",
@@ -132,7 +111,7 @@ def _check_timestamps(data: pl.DataFrame, anchor: str | None) -> tuple[pl.DataFr
     bad = pl.col(REASON).is_null() & pl.Series(given & parsed.is_null())
     checked = data.with_columns(
         parsed.alias(_TYPED + TS),
-        pl.when(bad).then(pl.lit(BAD_VALUE)).otherwise(pl.col(REASON)).alias(REASON),
+        pl.when(bad).then(pl.lit(rules.BAD_VALUE)).otherwise(pl.col(REASON)).alias(REASON),
     )
     return checked, anchor
 
@@ -156,7 +135,7 @@ def _bad_value(schema: pl.Schema) -> pl.Expr:
         value = pl.col(_TYPED + name)
         ok = value.is_finite() & (value >= 0) & (value <= _MAX_NUMBER)
         if name == POSITION:
-            ok = _blank(name) | (ok & (value == value.floor()))
+            ok = rules.blank(name) | (ok & (value == value.floor()))
         bad.append(~ok.fill_null(False))
     return pl.any_horizontal(bad) if bad else pl.lit(False)
 
@@ -178,12 +157,12 @@ def _typed_values(columns: list[str]) -> list[pl.Expr]:
 
 def _clicks_checks(cfg: IngestConfig, schema: pl.Schema) -> list[tuple[str, pl.Expr]]:
     return [
-        (MISSING_QUERY, _blank(QUERY)),
-        (MISSING_LISTING_ID, _blank(LISTING_ID)),
-        (BAD_ENCODING, _bad_encoding(schema)),
-        (CONTROL_CHARACTERS, pl.col(QUERY).str.contains(_CONTROL)),
-        (QUERY_TOO_LONG, pl.col(QUERY).str.len_chars() > cfg.max_query_chars),
-        (BAD_VALUE, _bad_value(schema)),
+        (rules.MISSING_QUERY, rules.blank(QUERY)),
+        (rules.MISSING_LISTING_ID, rules.blank(LISTING_ID)),
+        (rules.BAD_ENCODING, rules.bad_encoding(schema)),
+        (rules.CONTROL_CHARACTERS, pl.col(QUERY).str.contains(rules.CONTROL)),
+        (rules.QUERY_TOO_LONG, pl.col(QUERY).str.len_chars() > cfg.max_query_chars),
+        (rules.BAD_VALUE, _bad_value(schema)),
     ]
 
 
@@ -232,10 +211,10 @@ def _group_spellings(valid: pl.LazyFrame, fold: bool) -> pl.DataFrame:
     ``click_rows``, summed counts (integer micro-units: exact in any order), smallest others."""
     names = valid.collect_schema().names()
     counts = [c for c in (CLICKS, WEIGHT) if c in names]
-    keys = (QUERY, _KEY, LISTING_ID, CLICK_ROWS)
+    keys = (QUERY, rules.KEY, LISTING_ID, CLICK_ROWS)
     others = [c for c in names if c not in (*counts, *keys)]
     rows = pl.col(CLICK_ROWS).sum() if fold else pl.len().cast(pl.Int64).alias(CLICK_ROWS)
-    grouped = valid.group_by(QUERY, _KEY).agg(
+    grouped = valid.group_by(QUERY, rules.KEY).agg(
         rows, *[pl.col(c).sum() for c in counts], *[pl.col(c).min() for c in others]
     )
     return _compact(grouped.collect(engine="streaming"))
@@ -269,17 +248,19 @@ class _ClickLog:
             unusable = pl.col(REASON).is_null() & pl.col(QUERY).is_in(empty.implode())
             data = data.with_columns(
                 pl.when(unusable)
-                .then(pl.lit(MISSING_QUERY))
+                .then(pl.lit(rules.MISSING_QUERY))
                 .otherwise(pl.col(REASON))
                 .alias(REASON)
             )
         valid = data.filter(pl.col(REASON).is_null()).with_columns(_typed_values(data.columns))
         rejected = data.filter(pl.col(REASON).is_not_null())
-        rejected = _quarantine_rows(rejected, _raw_columns(self.schema), CLICKS_TABLE)
+        rejected = rules.quarantine_rows(
+            rejected, rules.raw_columns(self.schema), rules.CLICKS_TABLE
+        )
         self.quarantine.append(_compact(rejected))
         temporary = [c for c in valid.columns if c.startswith(_TYPED)]
         self.valid_rows += valid.height
-        valid = valid.lazy().drop(REASON, *_ORDER, *temporary)
+        valid = valid.lazy().drop(REASON, *rules.ORDER, *temporary)
         self.groups.append(_group_spellings(valid, fold=False))
         if sum(g.height for g in self.groups[1:]) > self.groups[0].height:
             self._fold()
@@ -326,15 +307,17 @@ def validate_clicks(cfg: IngestConfig, spec: str | list[str], listing_ids: pl.Se
     Raises:
         PairsieveError: file-level problems (see `io.TableReader.scan`), ``empty_input``.
     """
-    reader = _reader(cfg, CLICKS_TABLE)
+    reader = rules.reader_for(cfg, rules.CLICKS_TABLE)
     frame, files = reader.scan(spec)
     schema = frame.collect_schema()
     # A cast to an Enum of the catalog's ids hashes them once; `is_in` rebuilt its set for every
     # batch (1.8 of 3.2 CPU-s for 1M rows against 1M listings). Unknown ids cast to null.
-    known = pl.col(_KEY).cast(pl.Enum(listing_ids), strict=False).is_not_null()
+    known = pl.col(rules.KEY).cast(pl.Enum(listing_ids), strict=False).is_not_null()
     frame = frame.with_columns(
-        pl.col(LISTING_ID).str.strip_chars().alias(_KEY), *_parse_typed(schema)
-    ).with_columns(_first_reason([*_clicks_checks(cfg, schema), (UNKNOWN_LISTING, ~known)]))
+        pl.col(LISTING_ID).str.strip_chars().alias(rules.KEY), *_parse_typed(schema)
+    ).with_columns(
+        rules.first_reason([*_clicks_checks(cfg, schema), (rules.UNKNOWN_LISTING, ~known)])
+    )
     log_rows = _ClickLog(schema, files)
     for batch in _batches(reader, frame, files):
         log_rows.add(batch)
@@ -361,11 +344,11 @@ def aggregate_clicks(rows: ClickRows) -> pl.DataFrame:
     """
     per_spelling = rows.per_spelling
     counts = [c for c in (CLICKS, WEIGHT) if c in per_spelling.columns]
-    others = [c for c in per_spelling.columns if c not in (*counts, QUERY, _KEY, CLICK_ROWS)]
+    others = [c for c in per_spelling.columns if c not in (*counts, QUERY, rules.KEY, CLICK_ROWS)]
     grouped = (
         per_spelling.lazy()
         .join(rows.norms.lazy(), on=QUERY)
-        .group_by(QUERY_NORM, _KEY)
+        .group_by(QUERY_NORM, rules.KEY)
         .agg(
             pl.col(CLICK_ROWS).sum(),
             *[(pl.col(c).sum() / _MICRO).alias(c) for c in counts],
@@ -378,8 +361,8 @@ def aggregate_clicks(rows: ClickRows) -> pl.DataFrame:
     elif counts == [WEIGHT]:
         grouped = grouped.rename({WEIGHT: CLICKS})
     canonical = _canonical_queries(per_spelling, rows.norms)
-    merged = grouped.rename({_KEY: LISTING_ID}).join(canonical, on=QUERY_NORM, how="left")
+    merged = grouped.rename({rules.KEY: LISTING_ID}).join(canonical, on=QUERY_NORM, how="left")
     leading = (QUERY_ID, QUERY, QUERY_NORM, LISTING_ID, CLICKS, CLICK_ROWS, *CLICKS_OPTIONAL)
-    return merged.select(_ordered_columns(merged.columns, leading)).sort(
+    return merged.select(rules.ordered_columns(merged.columns, leading)).sort(
         QUERY_ID, LISTING_ID, QUERY_NORM
     )

@@ -43,6 +43,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.core.contract import load_result
 from pairsieve.core.hashing import hex_digest
+from pairsieve.core.layout import RunLayout
 from pairsieve.mine.filters import short_queries
 
 if TYPE_CHECKING:
@@ -67,15 +68,16 @@ class PreviousMining:
     def load(previous: Path, config_hash: str) -> PreviousMining | str:
         """The previous build's mining state, or why it cannot be reused (every query is then
         mined): a different mine config or missing files."""
-        recorded = load_result(previous / "mine")
+        layout = RunLayout(previous)
+        recorded = load_result(layout.stage_dir("mine"))
         if recorded is None or recorded.config_hash != config_hash:
             return "the previous build was mined with a different config"
         files = {
-            "kept": previous / "mine" / S.NEGATIVES_FILE,
-            "dropped": previous / "mine" / S.NEGATIVES_DROPPED_FILE,
-            "clicks": previous / "ingest" / S.CLICKS_FILE,
-            "listings": previous / "ingest" / S.LISTINGS_FILE,
-            "products": previous / "cluster" / S.PRODUCTS_FILE,
+            "kept": layout.negatives,
+            "dropped": layout.negatives_dropped,
+            "clicks": layout.clicks,
+            "listings": layout.listings,
+            "products": layout.products,
         }
         missing = [str(path) for path in files.values() if not path.exists()]
         if missing:
@@ -90,7 +92,7 @@ class PreviousMining:
                 pl.read_parquet(files["listings"], columns=[_ID, S.TITLE]),
                 pl.read_parquet(files["products"], columns=[_ID, S.PRODUCT_ID]),
             ),
-            knn.IvfLayout.read(previous / "mine"),
+            knn.IvfLayout.read(layout.stage_dir("mine")),
         )
 
     def plan(

@@ -17,6 +17,7 @@ from prefect.types.entrypoint import EntrypointType
 
 from pairsieve.config import PairsieveConfig, RunnerConfig, build_config
 from pairsieve.core.contract import StageResult
+from pairsieve.core.layout import RunLayout
 from pairsieve.core.memory import watch
 from pairsieve.errors import PairsieveError
 from pairsieve.orchestration import publish, steps
@@ -171,7 +172,7 @@ def build(
         results.append(report_task(cfg, run_dir))
         mem.stage = "publish"
         publish_task(out)
-    artifacts_task(Path(out) / "report", key="pairsieve-build")
+    artifacts_task(RunLayout(out).report, key="pairsieve-build")
     return {r.stage: r.to_json() | {"skipped": r.skipped} for r in results}
 
 

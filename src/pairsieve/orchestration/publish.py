@@ -23,26 +23,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pairsieve.core import io
+from pairsieve.core.layout import RunLayout, staging_dir
 from pairsieve.errors import PairsieveError
 from pairsieve.schemas import MANIFEST_FILE, STAGE_JSON
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
-
-
-def staging_dir(out: str | Path) -> Path:
-    """Where a build of ``out`` works until it publishes."""
-    out = Path(out)
-    return out.with_name(f".{out.name}.staging")
-
-
-def published_dir(folder: str | Path) -> Path:
-    """The build folder a staging folder publishes as (any other folder is itself)."""
-    folder = Path(folder)
-    name = folder.name
-    if name.startswith(".") and name.endswith(".staging"):
-        return folder.with_name(name[1 : -len(".staging")])
-    return folder
 
 
 def lock_path(out: str | Path) -> Path:
@@ -162,8 +148,8 @@ def manifest_files(manifest: dict) -> dict[str, str]:
 
 def verify(build_dir: str | Path) -> list[str]:
     """Problems found checking ``build_dir/shards`` against its manifest (empty when intact)."""
-    shards = Path(build_dir) / "shards"
-    manifest_path = shards / MANIFEST_FILE
+    layout = RunLayout(build_dir)
+    shards, manifest_path = layout.shards, layout.manifest
     if not manifest_path.exists():
         return [f"missing {manifest_path}"]
     listed = manifest_files(json.loads(manifest_path.read_text()))

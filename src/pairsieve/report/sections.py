@@ -8,7 +8,6 @@ every number the page shows; charts are bar-chart specs that `report_html` draws
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
-from pairsieve.core.contract import load_result
+from pairsieve.core.contract import StageResult
 from pairsieve.report import impact
 
 SIZE_BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20), (21, 50), (51, None))
@@ -48,13 +47,11 @@ def chart(chart_id: str, title: str, categories: list[Any], series: dict[str, li
 # --- sections ------------------------------------------------------------------------------------
 
 
-def accounting_section(run_dir: Path) -> dict[str, Any] | None:
-    """Rows in, dropped per reason and kept, at every stage that has a stage.json."""
+def accounting_section(results: dict[str, StageResult]) -> dict[str, Any] | None:
+    """Rows in, dropped per reason and kept, at every stage that recorded a result (in pipeline
+    order)."""
     rows, reasons = [], []
-    for name in S.STAGES[:-1]:
-        result = load_result(run_dir / name)
-        if result is None:
-            continue
+    for name, result in results.items():
         rows.append(
             {
                 "stage": name,
@@ -89,19 +86,18 @@ def accounting_section(run_dir: Path) -> dict[str, Any] | None:
     )
 
 
-def changes_section(run_dir: Path) -> dict[str, Any] | None:
+def changes_section(
+    cluster: StageResult | None, mine: StageResult | None, changes: pl.DataFrame | None
+) -> dict[str, Any] | None:
     """What changed since the previous build (`--previous`): product ids born, merged, split and
-    removed (`cluster/id_changes.parquet`) and what each stage reused; None on a first build."""
-    from pairsieve.cluster.lineage import CHANGE, ID_CHANGES_FILE
+    removed (``changes``, the cluster stage's id_changes.parquet) and what each stage reused;
+    None on a first build."""
+    from pairsieve.cluster.lineage import CHANGE
 
-    cluster = load_result(run_dir / "cluster")
-    path = run_dir / "cluster" / ID_CHANGES_FILE
-    if cluster is None or not cluster.details.get("build_number") or not path.exists():
+    if cluster is None or not cluster.details.get("build_number") or changes is None:
         return None
-    changes = pl.read_parquet(path)
     counts = dict(changes[CHANGE].value_counts().iter_rows())
     kinds = ["new", "merged", "split", "removed"]
-    mine = load_result(run_dir / "mine")
     reused_queries = (mine.details.get("incremental") or {}) if mine else {}
     figures = {
         "build_number": cluster.details["build_number"],

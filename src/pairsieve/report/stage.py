@@ -22,8 +22,8 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
-from pairsieve.core.contract import StageResult
-from pairsieve.orchestration.publish import published_dir
+from pairsieve.core.contract import StageResult, load_result
+from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
 from pairsieve.report import sections as R
 
@@ -67,9 +67,25 @@ def padded(lists: list[list[float] | None]) -> np.ndarray:
 # --- sections from a run folder ------------------------------------------------------------------
 
 
+def stage_results(run_dir: Path) -> dict[str, StageResult]:
+    """The recorded result of every stage before the report, in pipeline order."""
+    layout = RunLayout(run_dir)
+    found = {name: load_result(layout.stage_dir(name)) for name in S.STAGES[:-1]}
+    return {name: result for name, result in found.items() if result is not None}
+
+
+def changes_from_run(run_dir: Path) -> dict[str, Any] | None:
+    layout = RunLayout(run_dir)
+    return R.changes_section(
+        load_result(layout.stage_dir("cluster")),
+        load_result(layout.stage_dir("mine")),
+        _read(layout.id_changes),
+    )
+
+
 def duplicates_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
-    products = _read(run_dir / "cluster" / S.PRODUCTS_FILE)
-    listings = _read(run_dir / "ingest" / S.LISTINGS_FILE)
+    products = _read(RunLayout(run_dir).products)
+    listings = _read(RunLayout(run_dir).listings)
     if products is None:
         return None
     titles = (
@@ -78,16 +94,16 @@ def duplicates_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] |
         else products.select(S.LISTING_ID, pl.col(S.CANONICAL_TITLE).alias(S.TITLE))
     )
     return R.duplicates_section(
-        products, titles, _read(run_dir / "cluster" / S.PAIRS_FILE), cfg.report.largest_clusters
+        products, titles, _read(RunLayout(run_dir).pairs), cfg.report.largest_clusters
     )
 
 
 def click_rows(run_dir: Path) -> pl.DataFrame | None:
     """The clicked (query, listing) pairs with their title and product: what a trainer without
     pairsieve would batch."""
-    clicks = _read(run_dir / "ingest" / S.CLICKS_FILE)
-    products = _read(run_dir / "cluster" / S.PRODUCTS_FILE)
-    listings = _read(run_dir / "ingest" / S.LISTINGS_FILE)
+    clicks = _read(RunLayout(run_dir).clicks)
+    products = _read(RunLayout(run_dir).products)
+    listings = _read(RunLayout(run_dir).listings)
     if clicks is None or products is None or listings is None:
         return None
     return (
@@ -101,11 +117,11 @@ def click_rows(run_dir: Path) -> pl.DataFrame | None:
 
 def shard_replay(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
     """Product ids of the train shards' rows in file order (positives, and negatives (rows, k))."""
-    shards = _read(run_dir / "shards" / "train-*.parquet")
+    shards = _read(RunLayout(run_dir).train_shards)
     if shards is None or shards.is_empty():
         return None
     labels = shards[S.LABEL].list.to_array(shards[S.LABEL].list.len().max()).to_numpy()
-    manifest_path = run_dir / "shards" / S.MANIFEST_FILE
+    manifest_path = RunLayout(run_dir).manifest
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     return {
         "positives": labels[:, 0],
@@ -146,8 +162,8 @@ class MineScores:
 
 def mine_scores(run_dir: Path) -> MineScores | None:
     columns = [*_PAIR, S.SCORE, S.POSITIVE_SCORE]
-    kept = _read(run_dir / "mine" / S.NEGATIVES_FILE, columns)
-    dropped = _read(run_dir / "mine" / S.NEGATIVES_DROPPED_FILE, [*columns, S.REASON])
+    kept = _read(RunLayout(run_dir).negatives, columns)
+    dropped = _read(RunLayout(run_dir).negatives_dropped, [*columns, S.REASON])
     if kept is None or dropped is None:
         return None
     # mine writes a pair's rows together: its first rows carry every pair (unique() below
@@ -206,8 +222,8 @@ def hard_negatives_from_run(mined: MineScores | None) -> dict[str, Any] | None:
 
 def quality_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
     truth = cfg.ingest.truth_column
-    products = _read(run_dir / "cluster" / S.PRODUCTS_FILE)
-    listings = _read(run_dir / "ingest" / S.LISTINGS_FILE)
+    products = _read(RunLayout(run_dir).products)
+    listings = _read(RunLayout(run_dir).listings)
     if not truth or products is None or listings is None or truth not in listings.columns:
         return None
     joined = products.join(listings.select(S.LISTING_ID, truth), on=S.LISTING_ID)
@@ -341,8 +357,8 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
     """Every section that the run folder has inputs for; absent ones are listed in ``missing``."""
     mined = mine_scores(run_dir)
     builders = {
-        "accounting": lambda: R.accounting_section(run_dir),
-        "changes": lambda: R.changes_section(run_dir),
+        "accounting": lambda: R.accounting_section(stage_results(run_dir)),
+        "changes": lambda: changes_from_run(run_dir),
         "duplicates": lambda: duplicates_from_run(cfg, run_dir),
         "batches": lambda: batches_from_run(cfg, run_dir),
         "temperature": lambda: temperature_from_run(cfg, mined),
@@ -353,13 +369,13 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
         "schema_version": REPORT_SCHEMA_VERSION,
         "kind": "build",
         "title": "pairsieve duplicate-impact report",
-        "subtitle": f"build folder {published_dir(run_dir)}",
+        "subtitle": f"build folder {RunLayout(run_dir).published}",
         "missing": [],
     }
     for key, build in builders.items():
         report[key] = build()
         if report[key] is None and key not in FIRST_BUILD_ABSENT:
-            report["missing"].append(f"{key}: inputs absent in {published_dir(run_dir)}")
+            report["missing"].append(f"{key}: inputs absent in {RunLayout(run_dir).published}")
     report["recommendations"] = recommendations_section(cfg, report)
     return report
 

@@ -44,9 +44,6 @@ _POS_INT = "_positive_product"
 _NEG_TEXTS = "_negative_texts"
 _N_NEG = "_n_negatives"
 
-TRAIN_PREFIX = "train"
-EVAL_PREFIX = "eval"
-META_PREFIX = "meta"
 
 
 def is_eval_product(seed: int, product_id: str, fraction: float) -> bool:
@@ -397,15 +394,17 @@ def run(  # noqa: PLR0913 - the stage contract: one argument per input file
     dropped.update(train_dropped)
     files = {
         "train": _tag(
-            write_split(train, out_dir, (TRAIN_PREFIX, META_PREFIX), k, cfg.shards.rows_per_shard),
-            META_PREFIX,
+            write_split(
+                train, out_dir, (S.TRAIN_PREFIX, S.META_PREFIX), k, cfg.shards.rows_per_shard
+            ),
+            S.META_PREFIX,
         )
     }
     leakage = None
     if cfg.shards.eval_fraction > 0:
-        eval_meta = f"{EVAL_PREFIX}-{META_PREFIX}"
+        eval_meta = f"{S.EVAL_PREFIX}-{S.META_PREFIX}"
         files["eval"] = _tag(
-            write_split(evalset, out_dir, (EVAL_PREFIX, eval_meta), k, cfg.shards.rows_per_shard),
+            write_split(evalset, out_dir, (S.EVAL_PREFIX, eval_meta), k, cfg.shards.rows_per_shard),
             eval_meta,
         )
         leakage = leakage_check(train, evalset)

@@ -70,10 +70,9 @@ def test_unbalanced_result_is_detected():
 def test_every_stage_that_draws_on_the_seed_reruns_when_it_changes():
     """MinHash permutations and IVF samples (cluster, audit), mining's sampling, the shards'
     order and the report's shuffled replay all use `seed`; ingest does not."""
-    from pairsieve.config import PairsieveConfig
-    from pairsieve.orchestration.steps import STAGE_SECTIONS, section_hash
+    from pairsieve.config import STAGE_SECTIONS, PairsieveConfig
 
     cfg = PairsieveConfig()
     other = cfg.with_(seed=cfg.seed + 1)
-    changed = {s for s in STAGE_SECTIONS if section_hash(cfg, s) != section_hash(other, s)}
+    changed = {s for s in STAGE_SECTIONS if cfg.section_hash(s) != other.section_hash(s)}
     assert changed == {"cluster", "mine", "shards", "report", "audit"}

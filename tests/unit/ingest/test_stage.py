@@ -16,7 +16,9 @@ from pairsieve.cli import app
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
+from pairsieve.ingest import catalog as ingest_catalog
 from pairsieve.ingest import clicks as ingest_clicks
+from pairsieve.ingest import rules
 from pairsieve.ingest import stage as ingest
 from pairsieve.schemas import (
     CLICK_ROWS,
@@ -118,20 +120,20 @@ def test_every_catalog_reason(tmp_path):
     cfg = CFG.with_(**{"ingest.max_title_chars": 40})
     result, out = _run(tmp_path, clicks, catalog, cfg)
     assert _reasons(out, "catalog") == {
-        2: ingest.MISSING_LISTING_ID,
-        3: ingest.EMPTY_TITLE,
-        4: ingest.BAD_ENCODING,
-        5: ingest.CONTROL_CHARACTERS,
-        6: ingest.TITLE_TOO_LONG,
-        7: ingest.DUPLICATE_LISTING_ID,
-        8: ingest.CONTROL_CHARACTERS,
+        2: rules.MISSING_LISTING_ID,
+        3: rules.EMPTY_TITLE,
+        4: rules.BAD_ENCODING,
+        5: rules.CONTROL_CHARACTERS,
+        6: rules.TITLE_TOO_LONG,
+        7: rules.DUPLICATE_LISTING_ID,
+        8: rules.CONTROL_CHARACTERS,
     }
     listings = pl.read_parquet(out / LISTINGS_FILE)
     assert listings[TITLE].to_list() == ["Good phone 64GB"]
     assert listings[TITLE_NORM].to_list() == ["good phone 64gb"]
     raw = json.loads(_quarantine(out).filter(pl.col(ROW_NUMBER) == 7)[RAW][0])
     assert raw == {LISTING_ID: "A", TITLE: "Second A"}
-    assert result.details["catalog"]["dropped_by_reason"][ingest.CONTROL_CHARACTERS] == 2
+    assert result.details["catalog"]["dropped_by_reason"][rules.CONTROL_CHARACTERS] == 2
 
 
 def test_every_clicks_reason(tmp_path):
@@ -160,32 +162,32 @@ def test_every_clicks_reason(tmp_path):
     cfg = CFG.with_(**{"ingest.max_query_chars": 12})
     result, out = _run(tmp_path, clicks, catalog, cfg)
     assert _reasons(out, "clicks") == {
-        2: ingest.MISSING_QUERY,
-        3: ingest.MISSING_QUERY,
-        4: ingest.MISSING_LISTING_ID,
-        5: ingest.BAD_ENCODING,
-        6: ingest.CONTROL_CHARACTERS,
-        7: ingest.QUERY_TOO_LONG,
-        8: ingest.BAD_VALUE,
-        9: ingest.BAD_VALUE,
-        10: ingest.BAD_VALUE,
-        11: ingest.UNKNOWN_LISTING,
-        13: ingest.BAD_VALUE,
-        14: ingest.BAD_VALUE,
+        2: rules.MISSING_QUERY,
+        3: rules.MISSING_QUERY,
+        4: rules.MISSING_LISTING_ID,
+        5: rules.BAD_ENCODING,
+        6: rules.CONTROL_CHARACTERS,
+        7: rules.QUERY_TOO_LONG,
+        8: rules.BAD_VALUE,
+        9: rules.BAD_VALUE,
+        10: rules.BAD_VALUE,
+        11: rules.UNKNOWN_LISTING,
+        13: rules.BAD_VALUE,
+        14: rules.BAD_VALUE,
     }
     pairs = pl.read_parquet(out / CLICKS_FILE)
     assert pairs.select(QUERY, LISTING_ID, CLICKS, CLICK_ROWS, "position", TS).rows() == [
         ("iphone", "L1", 4.0, 3, 1, datetime(2024, 3, 1, 8, tzinfo=UTC))
     ]
-    assert result.details["clicks"]["dropped_by_reason"][ingest.AGGREGATED] == 2
+    assert result.details["clicks"]["dropped_by_reason"][rules.AGGREGATED] == 2
 
 
 def test_click_on_a_quarantined_listing_is_unknown(tmp_path):
     catalog = _write(CATALOG, tmp_path / "catalog.csv")
     clicks = _write(pl.DataFrame({QUERY: ["a"], LISTING_ID: ["L5"]}), tmp_path / "c.csv")
     _, out = _run(tmp_path, clicks, catalog)
-    assert _reasons(out, "catalog")[6] == ingest.EMPTY_TITLE
-    assert _reasons(out, "clicks") == {1: ingest.UNKNOWN_LISTING}
+    assert _reasons(out, "catalog")[6] == rules.EMPTY_TITLE
+    assert _reasons(out, "clicks") == {1: rules.UNKNOWN_LISTING}
 
 
 def test_accounting_identity_per_input_and_total(tmp_path):
@@ -198,7 +200,7 @@ def test_accounting_identity_per_input_and_total(tmp_path):
         acc = result.details[table]
         assert acc["rows_in"] == acc["rows_out"] + sum(acc["dropped_by_reason"].values())
         quarantined = _quarantine(out).filter(pl.col(TABLE) == table).height
-        merged = acc["dropped_by_reason"].get(ingest.AGGREGATED, 0)
+        merged = acc["dropped_by_reason"].get(rules.AGGREGATED, 0)
         assert quarantined == sum(acc["dropped_by_reason"].values()) - merged
     assert result.details["catalog"]["rows_out"] == pl.read_parquet(out / LISTINGS_FILE).height
     assert result.details["clicks"]["rows_out"] == pl.read_parquet(out / CLICKS_FILE).height
@@ -430,7 +432,7 @@ def test_abt_latin1_catalog_reads_accented_text(tmp_path, shared_data):
     cfg = CFG.with_(**ABT_COLUMNS, **{"ingest.csv_encoding": "latin-1"})
     result, out = _run(tmp_path, _abt_clicks(tmp_path), str(abt), cfg)
     listings = pl.read_parquet(out / LISTINGS_FILE)
-    assert ingest.BAD_ENCODING not in result.dropped_by_reason
+    assert rules.BAD_ENCODING not in result.dropped_by_reason
     assert listings.height == result.details["catalog"]["rows_in"] == 1081
     text = listings.filter(pl.col(LISTING_ID) == "9071")["description"][0]
     assert text.endswith("Remote Commander\u00ae Remote Control")
@@ -441,14 +443,14 @@ def test_abt_latin1_catalog_reads_accented_text(tmp_path, shared_data):
 def test_abt_read_as_utf8_quarantines_bad_bytes_and_warns(tmp_path, shared_data, caplog):
     abt = shared_data / "abt-buy" / "Abt.csv"
     cfg = CFG.with_(**ABT_COLUMNS)
-    with caplog.at_level(logging.WARNING, logger="pairsieve.ingest.stage"):
+    with caplog.at_level(logging.WARNING, logger="pairsieve.ingest"):
         result, out = _run(tmp_path, _abt_clicks(tmp_path), str(abt), cfg)
-    bad = _quarantine(out).filter(pl.col(REASON) == ingest.BAD_ENCODING)
-    assert result.dropped_by_reason[ingest.BAD_ENCODING] == bad.height == 11
+    bad = _quarantine(out).filter(pl.col(REASON) == rules.BAD_ENCODING)
+    assert result.dropped_by_reason[rules.BAD_ENCODING] == bad.height == 11
     assert all("\ufffd" in raw for raw in bad[RAW].to_list())
     assert "ingest.csv_encoding" in caplog.text
     # The click on listing 9071 (one of the undecodable rows) is now an unknown listing.
-    assert _reasons(out, "clicks") == {1: ingest.UNKNOWN_LISTING}
+    assert _reasons(out, "clicks") == {1: rules.UNKNOWN_LISTING}
 
 
 def test_text_that_normalises_to_nothing_is_quarantined(tmp_path, monkeypatch):
@@ -457,7 +459,7 @@ def test_text_that_normalises_to_nothing_is_quarantined(tmp_path, monkeypatch):
     def strict(e: pl.Expr) -> pl.Expr:
         return e.str.replace_all(r"[^A-Za-z0-9 ]", "")
 
-    monkeypatch.setattr(ingest, "normalize_expr", strict)  # titles
+    monkeypatch.setattr(ingest_catalog, "normalize_expr", strict)  # titles
     monkeypatch.setattr(ingest_clicks, "normalize_expr", strict)  # queries
     catalog = _write(
         pl.DataFrame({LISTING_ID: ["L1", "L2"], TITLE: ["Phone", "!!!"]}), tmp_path / "k.csv"
@@ -467,8 +469,8 @@ def test_text_that_normalises_to_nothing_is_quarantined(tmp_path, monkeypatch):
         tmp_path / "c.csv",
     )
     result, out = _run(tmp_path, clicks, catalog)
-    assert _reasons(out, "catalog") == {2: ingest.EMPTY_TITLE}
-    assert _reasons(out, "clicks") == {2: ingest.MISSING_QUERY, 3: ingest.UNKNOWN_LISTING}
+    assert _reasons(out, "catalog") == {2: rules.EMPTY_TITLE}
+    assert _reasons(out, "clicks") == {2: rules.MISSING_QUERY, 3: rules.UNKNOWN_LISTING}
     assert result.balanced()
 
 
@@ -493,12 +495,12 @@ def test_separator_and_clicks_column_knobs_and_missing_truth_warning(tmp_path, c
             "ingest.truth_column": "true_product_id",
         }
     )
-    with caplog.at_level(logging.WARNING, logger="pairsieve.ingest.stage"):
+    with caplog.at_level(logging.WARNING, logger="pairsieve.ingest"):
         with pytest.raises(PairsieveError) as info:  # the stray ';' makes a ragged row
             ingest.run(cfg, str(clicks), str(catalog), tmp_path)
     assert (info.value.code, info.value.file) == ("unreadable_file", str(catalog))
     catalog.write_text("listing_id;title\nL1;Phone, 64 GB\n")
-    with caplog.at_level(logging.WARNING, logger="pairsieve.ingest.stage"):
+    with caplog.at_level(logging.WARNING, logger="pairsieve.ingest"):
         result, out = _run(tmp_path, str(clicks), str(catalog), cfg)
     assert pl.read_parquet(out / LISTINGS_FILE)[TITLE].to_list() == ["Phone, 64 GB"]
     assert pl.read_parquet(out / CLICKS_FILE).select(QUERY, LISTING_ID).rows() == [("phone", "L1")]

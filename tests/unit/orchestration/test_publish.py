@@ -9,13 +9,12 @@ import time
 import pytest
 
 from pairsieve.core import io
+from pairsieve.core.layout import published_dir, staging_dir
 from pairsieve.errors import PairsieveError
 from pairsieve.orchestration.publish import (
     build_lock,
     prepare_staging,
     publish,
-    published_dir,
-    staging_dir,
     verify,
 )
 

@@ -1,0 +1,115 @@
+"""The folder tree is the architecture: layers import downwards only, and no module imports itself
+back through others. Every import counts, including the ones inside functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.paths import REPO
+
+PACKAGE = REPO / "src" / "pairsieve"
+
+# Lower numbers are lower layers; a module may import its own layer or lower ones.
+LAYERS = {
+    "pairsieve": 0,  # the package's __init__ (its version)
+    "pairsieve.errors": 0,
+    "pairsieve.schemas": 0,
+    "pairsieve.config": 0,
+    "pairsieve.core": 1,
+    "pairsieve.text": 2,
+    "pairsieve.vectors": 2,
+    "pairsieve.datasets": 2,
+    "pairsieve.ingest": 3,
+    "pairsieve.cluster": 3,
+    "pairsieve.mine": 3,
+    "pairsieve.shards": 3,
+    "pairsieve.report": 3,
+    "pairsieve.audit": 3,
+    "pairsieve.training": 4,
+    "pairsieve.orchestration": 4,
+    "pairsieve.cli": 5,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int:
+    """The layer of a module: its longest prefix in LAYERS."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:end])
+        if prefix in LAYERS:
+            return LAYERS[prefix]
+    raise AssertionError(f"{module} is in no layer: add its package to LAYERS")
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The pairsieve modules ``path`` imports (``from pairsieve.x import y`` counts as
+    ``pairsieve.x.y`` when that is a module)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.startswith("pairsieve")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if not node.module.startswith("pairsieve"):
+                continue
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in modules else node.module)
+    return found & modules
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    return {module_name(p): imports_of(p, modules) - {module_name(p)} for p in paths}
+
+
+def test_every_module_is_in_a_layer_and_imports_only_downwards(graph):
+    upward = [
+        f"{module} (layer {layer(module)}) imports {target} (layer {layer(target)})"
+        for module, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if layer(target) > layer(module)
+    ]
+    assert upward == []
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules (first == last), or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                return path[path.index(target) :] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (cycle := visit(module)):
+            return cycle
+    return None
+
+
+def test_no_import_cycle(graph):
+    assert find_cycle(graph) is None
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    planted = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert find_cycle(planted) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
