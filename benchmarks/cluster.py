@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 from datasketch import MinHash
 
-from pairsieve.cluster import evaluate
+from pairsieve.cluster import candidates, evaluate, linkage
 from pairsieve.cluster import stage as cluster
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
@@ -93,16 +93,17 @@ def main() -> None:
 
 
 # The steps of `cluster.run`, timed in wall and CPU seconds by `stage_only` (CPU seconds
-# count every thread and the forked workers of `forked.in_two_processes`; other agents
+# count every thread and the forked workers of `parallel.in_two_processes`; other agents
 # share the cores, so wall time alone misleads).
 STEPS = {
-    "attributes": ("prepare", "node_table", "common_codes"),
-    "code_blocks": ("code_block_pairs",),
-    "signatures_lsh": ("minhash_pairs",),
-    "combine_verify": ("combine_candidates", "verify"),
-    "agglomerate": ("agglomerate",),
-    "write": ("products_frame", "pairs_frame"),
+    "attributes": (("stage", "prepare"), ("stage", "node_table"), ("candidates", "common_codes")),
+    "code_blocks": (("candidates", "code_block_pairs"),),
+    "signatures_lsh": (("candidates", "minhash_pairs"),),
+    "combine_verify": (("candidates", "combine_candidates"), ("stage", "verify")),
+    "agglomerate": (("linkage", "agglomerate"),),
+    "write": (("stage", "products_frame"), ("stage", "pairs_frame")),
 }
+MODULES = {"stage": cluster, "candidates": candidates, "linkage": linkage}
 
 
 def _cpu_seconds() -> float:
@@ -111,7 +112,7 @@ def _cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def _timed_steps() -> tuple[dict[str, list[float]], list[tuple[str, object]]]:
+def _timed_steps() -> tuple[dict[str, list[float]], list[tuple[object, str, object]]]:
     """Wrap the step functions of `pairsieve.cluster.stage` (and its parquet writer) to sum their
     [wall, cpu] seconds; returns the sums and the originals to restore."""
     sums: dict[str, list[float]] = {step: [0.0, 0.0] for step in [*STEPS, "write"]}
@@ -129,10 +130,10 @@ def _timed_steps() -> tuple[dict[str, list[float]], list[tuple[str, object]]]:
         return timed
 
     for step, names in STEPS.items():
-        for name in names:
-            saved.append((name, getattr(cluster, name)))
-            setattr(cluster, name, wrap(step, getattr(cluster, name)))
-    saved.append(("io", cluster.io))
+        for module, name in names:
+            saved.append((MODULES[module], name, getattr(MODULES[module], name)))
+            setattr(MODULES[module], name, wrap(step, getattr(MODULES[module], name)))
+    saved.append((cluster, "io", cluster.io))
     cluster.io = argparse.Namespace(**vars(io))
     cluster.io.write_parquet = wrap("write", io.write_parquet)
     return sums, saved
@@ -145,8 +146,8 @@ def stage_only(cfg: PairsieveConfig, catalog: pl.DataFrame, out: Path) -> None:
     try:
         result = cluster.run(cfg, catalog, out)
     finally:
-        for name, fn in saved:
-            setattr(cluster, name, fn)
+        for module, name, fn in saved:
+            setattr(module, name, fn)
     report = {
         "listings": len(catalog),
         "stage_s": round(time.perf_counter() - started, 1),

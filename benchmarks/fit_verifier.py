@@ -24,7 +24,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster import evaluate, verifier
+from pairsieve.cluster import evaluate, linkage, verifier
 from pairsieve.cluster import stage as cluster
 from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
@@ -66,7 +66,7 @@ class Run:
         scored = self.result.scored.with_columns(
             pl.Series("score", p), pl.Series(S.ACCEPTED, ~self.vetoed & (p >= accept))
         )
-        labels = cluster.agglomerate(self.result.nodes["count"].to_numpy(), scored, link)
+        labels = linkage.agglomerate(self.result.nodes["count"].to_numpy(), scored, link)
         listing = labels[self.result.frame["_node"].to_numpy()]
         truth = np.asarray(self.truth, dtype=object)
         if mask is not None:

@@ -1,13 +1,12 @@
-"""The merge loop of `cluster.agglomerate`, compiled with numba.
+"""Linkage: accepted pairs -> clusters by constrained average linkage (`agglomerate`), with its
+merge loop compiled with numba.
 
 Constrained average linkage is sequential (every merge changes the linkages of the merged
-cluster), and in CPython its dict-per-cluster loop was the slowest step of the MinHash path
-(issue 3: ~21 CPU s of ~48 for 100k synthetic listings, 1.8 M link cells, 66k merges, and
->11 GB of dicts at 1M listings). This is the same algorithm on flat arrays, compiled: the same
-heap of (-linkage, x, y) entries with lazy deletion (including the 1e-12 staleness
-tolerance), the same IEEE additions of cross weights in the same merge order, so its labels
-equal the Python loop's bit for bit (tests/test_cluster.py checks it against a plain-Python
-reference on random graphs).
+cluster), and in CPython a dict-per-cluster loop is the slowest step of the MinHash path and
+holds >11 GB of dicts at 1M listings (benchmarks/RESULTS.md, "cluster"). This is the algorithm on
+flat arrays, compiled: a heap of (-linkage, x, y) entries with lazy deletion (with a 1e-12
+staleness tolerance), cross weights added in merge order, so its labels equal a plain-Python
+reference loop's bit for bit (tests/unit/cluster/test_stage.py checks it on random graphs).
 
 Layout: one *cell* per linked cluster pair (weight, vetoed flag, both endpoints, alive); every
 cluster keeps a singly linked list of records pointing at its cells (record 2c in one
@@ -19,7 +18,10 @@ cells are dropped while a list is walked.
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 from numba import njit
+
+from pairsieve import schemas as S
 
 # Cell arrays: (end_a, end_b, weight, vetoed, alive); list arrays: (head, tail, next, mark);
 # heap arrays: (negative linkage, x, y, cell) with x < y, ordered by (key, x, y).
@@ -231,3 +233,71 @@ def merge_loop(
         moved = _absorb(x, y, cells, lists)
         heap = _reserve(heap, count, marked + moved)
         count = _push_links(x, cells, lists, (size, link_threshold), heap, count)
+
+
+def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float) -> np.ndarray:
+    """(n,) int64 cluster label (smallest member node) per node, by constrained average linkage.
+
+    Linkage of clusters A, B = sum of accepted scores over cross pairs (weighted by listings per
+    node) / (|A| * |B|); a vetoed cross pair blocks the merge for good. Clusters merge in
+    descending linkage, ties by node index, so the result is deterministic and independent of
+    input order. The merge loop itself is `merge_loop` (compiled).
+    """
+    n = len(counts)
+    relevant, component = _relevant_pairs(n, scored)
+    xs = relevant["a"].to_numpy().astype(np.int64)
+    ys = relevant["b"].to_numpy().astype(np.int64)
+    ok = relevant[S.ACCEPTED].to_numpy()
+    vetoed = relevant[S.VETO_REASON].to_numpy().astype(bool)
+    weights = np.where(ok, relevant["score"].to_numpy() * counts[xs] * counts[ys], 0.0)
+    lo, hi = np.minimum(xs, ys), np.maximum(xs, ys)
+    keys = (lo << 32) | hi
+    sorted_keys = np.sort(keys)
+    if np.any(sorted_keys[1:] == sorted_keys[:-1]):
+        # A repeated pair is one cell: weights summed in input order (np.add.at is unbuffered
+        # and sequential: ((w1 + w2) + w3), as the cell accumulated them), vetoes OR-ed.
+        unique, inverse = np.unique(keys, return_inverse=True)
+        summed = np.zeros(len(unique))
+        np.add.at(summed, inverse, weights)
+        any_veto = np.zeros(len(unique), dtype=bool)
+        np.logical_or.at(any_veto, inverse, vetoed)
+        lo, hi, weights, vetoed = unique >> 32, unique & 0xFFFFFFFF, summed, any_veto
+    size = counts.astype(np.float64)
+    # A component of two nodes holds exactly one cell and nothing else can touch it: it merges
+    # iff that cell is unvetoed and its linkage reaches the threshold, as in the loop.
+    two = np.bincount(component, minlength=n)[component[lo]] == 2
+    merges = two & ~vetoed & (weights / (size[lo] * size[hi]) >= link_threshold)
+    parent = np.arange(n, dtype=np.int64)
+    parent[hi[merges]] = lo[merges]
+    rest = ~two
+    ends = np.stack([lo[rest], hi[rest]], axis=1)
+    merge_loop(parent, size, ends, weights[rest], vetoed[rest], float(link_threshold))
+    return _resolve(parent)
+
+
+def _relevant_pairs(n: int, scored: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """Accepted pairs, and vetoed pairs inside one component of the accepted graph: a rejected
+    pair adds nothing to a linkage and a veto across components can never be tested, so the
+    rest (most candidates) is dropped before the merge loop. Also returns the (n,)
+    component label of every node in the accepted graph."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    pairs = scored.select("a", "b", "score", S.ACCEPTED, pl.col(S.VETO_REASON).is_not_null())
+    accepted = pairs.filter(pl.col(S.ACCEPTED))
+    graph = coo_matrix(
+        (np.ones(len(accepted)), (accepted["a"].to_numpy(), accepted["b"].to_numpy())),
+        shape=(n, n),
+    )
+    component = connected_components(graph, directed=False)[1]
+    same = component[pairs["a"].to_numpy()] == component[pairs["b"].to_numpy()]
+    return pairs.filter(pl.col(S.ACCEPTED) | (pl.col(S.VETO_REASON) & pl.Series(same))), component
+
+
+def _resolve(parent: np.ndarray) -> np.ndarray:
+    roots = parent.copy()
+    while True:
+        nxt = roots[roots]
+        if np.array_equal(nxt, roots):
+            return roots.astype(np.int64)
+        roots = nxt

@@ -31,16 +31,16 @@ import logging
 import time
 from itertools import chain
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster import lineage
-from pairsieve.cluster.reuse import PreviousClustering, touching
+from pairsieve.cluster import candidates, lineage, linkage
+from pairsieve.cluster.reuse import PreviousClustering
 from pairsieve.cluster.verify import INFORMATIVE, resolved_link_threshold, verify
-from pairsieve.config import ClusterConfig, PairsieveConfig
+from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import hex_digest
@@ -48,8 +48,6 @@ from pairsieve.core.parallel import in_two_processes
 from pairsieve.errors import PairsieveError
 from pairsieve.ingest.catalog import read_catalog
 from pairsieve.text import attributes as text
-from pairsieve.text import match
-from pairsieve.vectors import minhash
 
 if TYPE_CHECKING:
     from pairsieve.vectors import knn
@@ -59,8 +57,6 @@ log = logging.getLogger(__name__)
 
 _NODE = "_node"
 _KEY = "_key"
-SIGNAL_ORDER = ("exact", "code", "minhash", "embedding")
-_SIGNATURE_PARTITION = 250_000  # titles per signature cache part
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -122,201 +118,6 @@ def node_table(frame: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-# --- candidates ----------------------------------------------------------------------------------
-
-
-def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
-    """Codes found on more than ``max_df`` distinct titles: features, not product identifiers."""
-    codes = [c for a in attrs for c in a.codes | a.joined]
-    counts = pl.Series("code", codes, dtype=pl.String).value_counts()
-    return set(counts.filter(pl.col("count") > max_df)["code"].to_list())
-
-
-def code_block_pairs(
-    attrs: list[text.Attributes], max_block: int, wanted: np.ndarray | None = None
-) -> tuple[np.ndarray, int]:
-    """Node pairs sharing a model-code blocking key (`match.code_keys`); blocks over
-    ``max_block`` titles are skipped, and with ``wanted`` ((n,) bool) blocks without a wanted
-    node."""
-    rows, keys = [], []
-    key_ids: dict[str, int] = {}
-    ids_of: dict[str, list[int]] = {}  # code -> its key ids, computed once per distinct code
-    for node, attr in enumerate(attrs):
-        if not (attr.codes or attr.joined):
-            continue
-        node_keys: set[int] = set()
-        for c in attr.codes | attr.joined:
-            found = ids_of.get(c)
-            if found is None:
-                own = match.code_keys(c)
-                found = ids_of[c] = [key_ids.setdefault(k, len(key_ids)) for k in own]
-            node_keys.update(found)
-        rows.extend([node] * len(node_keys))
-        keys.extend(node_keys)
-    if not rows:
-        return np.empty((0, 2), np.int64), 0
-    # Rows sorted by (key, node): each block is a run of ascending nodes (a node holds a key
-    # once). Blocks of s nodes are paired s at a time through the upper triangle of an s x s
-    # grid, so the work is the number of pairs; most keys (6-char stretches) are on one title.
-    ordered = np.sort((np.asarray(keys, dtype=np.int64) << 32) | np.asarray(rows, dtype=np.int64))
-    members = ordered & 0xFFFFFFFF
-    starts = np.flatnonzero(np.r_[True, (ordered[1:] >> 32) != (ordered[:-1] >> 32)])
-    sizes = np.diff(np.r_[starts, len(ordered)])
-    paired = (sizes >= 2) & (sizes <= max_block)
-    if wanted is not None:
-        paired &= np.add.reduceat(wanted[members].astype(np.int64), starts) > 0
-    found = [np.empty(0, dtype=np.int64)]
-    for size in np.unique(sizes[paired]).tolist():
-        block = members[starts[paired & (sizes == size)][:, None] + np.arange(size)]
-        first, second = np.triu_indices(size, 1)
-        found.append(((block[:, first] << 32) | block[:, second]).ravel())
-    codes = np.sort(np.concatenate(found))
-    codes = codes[np.r_[True, codes[1:] != codes[:-1]]] if len(codes) else codes
-    return np.stack([codes >> 32, codes & 0xFFFFFFFF], axis=1), int(np.sum(sizes > max_block))
-
-
-def minhash_pairs(
-    cfg: ClusterConfig,
-    titles: pl.Series,
-    seed: int,
-    cache_dir: str | None = None,
-    wanted: np.ndarray | None = None,
-) -> tuple[np.ndarray, int, int]:
-    """Node pairs colliding in at least one LSH band of their MinHash signatures (a band bucket
-    holding a ``wanted`` node, when given), buckets skipped, and signatures computed: those of
-    texts seen before come from the cache in ``cache_dir``."""
-    from pairsieve.vectors.embed import embed_texts
-
-    encoder = minhash.SignatureEncoder(cfg.shingle_kind, cfg.shingle_size, cfg.num_perm, seed)
-    cache = minhash.SignatureCache(cache_dir, encoder.model_key) if cache_dir else None
-    sig, stats = embed_texts(titles.to_list(), encoder, cache, _SIGNATURE_PARTITION)
-    bands, rows = minhash.lsh_params(cfg.lsh_threshold, cfg.num_perm)
-    pairs, skipped = minhash.lsh_pairs(sig, bands, rows, cfg.max_bucket, wanted)
-    return pairs, skipped, stats.encoded
-
-
-def knn_pairs(
-    cfg: PairsieveConfig,
-    vectors: np.ndarray,
-    rows: np.ndarray | None = None,
-    layout: knn.IvfLayout | None = None,
-    keys: np.ndarray | None = None,
-) -> tuple[np.ndarray, Any]:
-    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
-    (with ``rows``, only the neighbours of those nodes are searched), and the faiss index
-    searched: a previous build's ``layout`` spares its IVF training and, for the titles with
-    ``keys`` it indexed, their assignment (`knn.build_index`)."""
-    from pairsieve.vectors import knn
-
-    rows = np.arange(len(vectors)) if rows is None else rows
-    index = knn.build_index(vectors, cfg.knn, cfg.seed, layout, keys)
-    scores, ids = knn.search(index, vectors[rows], cfg.cluster.knn_k + 1)
-    source = np.repeat(rows, ids.shape[1])
-    keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
-    pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
-    pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
-    return minhash.unique_pairs(pairs), index
-
-
-def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
-    """One row per distinct node pair (a < b) with the signals that proposed it ("code+minhash"),
-    sorted by (a, b); signals are named in `SIGNAL_ORDER`."""
-    parts = [(name, p) for name, p in found.items() if len(p)]
-    if not parts:
-        return pl.DataFrame(schema={"a": pl.Int64, "b": pl.Int64, S.SIGNAL: pl.String})
-    rank = {name: i for i, name in enumerate(SIGNAL_ORDER)}
-    codes = np.concatenate([(p[:, 0].astype(np.int64) << 32) | p[:, 1] for _, p in parts])
-    bits = np.concatenate([np.full(len(p), 1 << rank[name], dtype=np.int64) for name, p in parts])
-    order = np.argsort(codes, kind="stable")
-    codes, bits = codes[order], bits[order]
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    masks, which = np.unique(np.bitwise_or.reduceat(bits, starts), return_inverse=True)
-    names = [
-        "+".join(name for name in SIGNAL_ORDER if int(mask) & (1 << rank[name])) for mask in masks
-    ]
-    codes = codes[starts]
-    return pl.DataFrame(
-        {
-            "a": codes >> 32,
-            "b": codes & 0xFFFFFFFF,
-            S.SIGNAL: pl.Series(names, dtype=pl.String).gather(which.ravel()),
-        }
-    )
-
-
-# --- clustering ----------------------------------------------------------------------------------
-
-
-def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float) -> np.ndarray:
-    """(n,) int64 cluster label (smallest member node) per node, by constrained average linkage.
-
-    Linkage of clusters A, B = sum of accepted scores over cross pairs (weighted by listings per
-    node) / (|A| * |B|); a vetoed cross pair blocks the merge for good. Clusters merge in
-    descending linkage, ties by node index, so the result is deterministic and independent of
-    input order. The merge loop itself is `merge_loop.merge_loop` (compiled).
-    """
-    from pairsieve.cluster.linkage import merge_loop
-
-    n = len(counts)
-    relevant, component = _relevant_pairs(n, scored)
-    xs = relevant["a"].to_numpy().astype(np.int64)
-    ys = relevant["b"].to_numpy().astype(np.int64)
-    ok = relevant[S.ACCEPTED].to_numpy()
-    vetoed = relevant[S.VETO_REASON].to_numpy().astype(bool)
-    weights = np.where(ok, relevant["score"].to_numpy() * counts[xs] * counts[ys], 0.0)
-    lo, hi = np.minimum(xs, ys), np.maximum(xs, ys)
-    keys = (lo << 32) | hi
-    sorted_keys = np.sort(keys)
-    if np.any(sorted_keys[1:] == sorted_keys[:-1]):
-        # A repeated pair is one cell: weights summed in input order (np.add.at is unbuffered
-        # and sequential: ((w1 + w2) + w3), as the cell accumulated them), vetoes OR-ed.
-        unique, inverse = np.unique(keys, return_inverse=True)
-        summed = np.zeros(len(unique))
-        np.add.at(summed, inverse, weights)
-        any_veto = np.zeros(len(unique), dtype=bool)
-        np.logical_or.at(any_veto, inverse, vetoed)
-        lo, hi, weights, vetoed = unique >> 32, unique & 0xFFFFFFFF, summed, any_veto
-    size = counts.astype(np.float64)
-    # A component of two nodes holds exactly one cell and nothing else can touch it: it merges
-    # iff that cell is unvetoed and its linkage reaches the threshold, as in the loop.
-    two = np.bincount(component, minlength=n)[component[lo]] == 2
-    merges = two & ~vetoed & (weights / (size[lo] * size[hi]) >= link_threshold)
-    parent = np.arange(n, dtype=np.int64)
-    parent[hi[merges]] = lo[merges]
-    rest = ~two
-    ends = np.stack([lo[rest], hi[rest]], axis=1)
-    merge_loop(parent, size, ends, weights[rest], vetoed[rest], float(link_threshold))
-    return _resolve(parent)
-
-
-def _relevant_pairs(n: int, scored: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
-    """Accepted pairs, and vetoed pairs inside one component of the accepted graph: a rejected
-    pair adds nothing to a linkage and a veto across components can never be tested, so the
-    rest (most candidates) is dropped before the merge loop. Also returns the (n,)
-    component label of every node in the accepted graph."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    pairs = scored.select("a", "b", "score", S.ACCEPTED, pl.col(S.VETO_REASON).is_not_null())
-    accepted = pairs.filter(pl.col(S.ACCEPTED))
-    graph = coo_matrix(
-        (np.ones(len(accepted)), (accepted["a"].to_numpy(), accepted["b"].to_numpy())),
-        shape=(n, n),
-    )
-    component = connected_components(graph, directed=False)[1]
-    same = component[pairs["a"].to_numpy()] == component[pairs["b"].to_numpy()]
-    return pairs.filter(pl.col(S.ACCEPTED) | (pl.col(S.VETO_REASON) & pl.Series(same))), component
-
-
-def _resolve(parent: np.ndarray) -> np.ndarray:
-    roots = parent.copy()
-    while True:
-        nxt = roots[roots]
-        if np.array_equal(nxt, roots):
-            return roots.astype(np.int64)
-        roots = nxt
-
-
 # --- the stage -----------------------------------------------------------------------------------
 
 
@@ -373,40 +174,6 @@ class Clustering:
         return labels[self.frame[_NODE].to_numpy()]
 
 
-def _embed(
-    cfg: PairsieveConfig, titles: list[str], encoder: Encoder | None
-) -> tuple[np.ndarray, dict]:
-    from pairsieve.vectors.embed import embed_texts, load_encoder, shared_cache
-
-    encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
-    vectors, stats = embed_texts(titles, encoder, shared_cache(cfg.cache_dir, encoder.model_key))
-    return vectors, {"embedded": stats.encoded, "embedding_cache_hits": stats.cache_hits}
-
-
-def _embedding_candidates(
-    cfg: PairsieveConfig,
-    nodes: pl.DataFrame,
-    encoder: Encoder | None,
-    unsettled: np.ndarray | None,
-    previous: knn.IvfLayout | None,
-) -> tuple[np.ndarray, np.ndarray, knn.IvfLayout | None, dict]:
-    """kNN pairs touching an unsettled node (all when None), the node vectors, the index's
-    `knn.IvfLayout` (built on ``previous`` while its centroids fit), and what was embedded and
-    trained."""
-    from pairsieve.core.hashing import text_keys
-    from pairsieve.vectors import knn
-
-    titles = nodes[S.TITLE].to_list()
-    vectors, details = _embed(cfg, titles, encoder)
-    rows = None if unsettled is None else np.flatnonzero(unsettled)
-    keys = text_keys(titles) if len(titles) > cfg.knn.exact_max else None  # IVF only
-    pairs, index = knn_pairs(cfg, vectors, rows, previous, keys)
-    layout = None if keys is None else knn.layout_of(index, keys)
-    if layout is not None:
-        details["ivf_centroids"] = knn.centroid_source(index, previous)
-    return touching(pairs, unsettled), vectors, layout, details
-
-
 def cluster_listings(
     cfg: PairsieveConfig,
     listings: pl.DataFrame,
@@ -427,7 +194,7 @@ def cluster_listings(
     nodes = node_table(frame)
     attrs = [by_title[t] for t in nodes[S.TITLE_NORM].to_list()]
     del by_title
-    common = common_codes(attrs, c.max_bucket)
+    common = candidates.common_codes(attrs, c.max_bucket)
     attrs = [a.without_codes(common) for a in attrs]
     timings["attributes_s"] = time.perf_counter() - started
     details: dict = {"titles": len(nodes)}
@@ -436,28 +203,15 @@ def cluster_listings(
         settled = previous.settled(frame, nodes)
         unsettled = ~settled
         details["settled_nodes"] = int(settled.sum())
-    found: dict[str, np.ndarray] = {}
-    code, details["code_blocks_skipped"] = code_block_pairs(attrs, c.max_bucket, unsettled)
-    found["code"] = touching(code, unsettled)
-    match_text = pl.Series([" ".join(sorted(a.words)) for a in attrs], dtype=pl.String)
-    lsh, details["lsh_buckets_skipped"], details["signatures_computed"] = minhash_pairs(
-        c, match_text, cfg.seed, cfg.cache_dir, unsettled
+    found = candidates.generate(
+        cfg, nodes, attrs, encoder, unsettled, None if previous is None else previous.ivf
     )
-    found["minhash"] = touching(lsh, unsettled)
-    del code, lsh
-    timings["minhash_s"] = time.perf_counter() - started - sum(timings.values())
-    vectors = ivf = None
-    if c.use_embeddings:
-        before = None if previous is None else previous.ivf
-        found["embedding"], vectors, ivf, embed_details = _embedding_candidates(
-            cfg, nodes, encoder, unsettled, before
-        )
-        details.update(embed_details)
-        timings["embedding_s"] = time.perf_counter() - started - sum(timings.values())
-    candidates = combine_candidates(found)
-    by_signal = {k: len(v) for k, v in found.items()}
-    del found  # the per-signal pair arrays (GBs at 1M listings) are in ``candidates`` now
-    scored = verify(c, candidates, nodes, attrs, vectors, features)
+    details.update(found.details)
+    timings.update(found.timings)
+    vectors, ivf = found.vectors, found.ivf
+    candidate_pairs, by_signal = found.pairs, found.by_signal
+    del found
+    scored = verify(c, candidate_pairs, nodes, attrs, vectors, features)
     if previous is not None:
         reused = previous.pairs_between(nodes, ~unsettled)
         details["reused_pairs"] = len(reused)
@@ -466,7 +220,7 @@ def cluster_listings(
         key = (pl.col("a").cast(pl.Int64) * (1 << 32) + pl.col("b")).alias("_key")
         scored = pl.concat([scored, reused.cast(scored.schema)]).sort(key)
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
-    labels = agglomerate(nodes["count"].to_numpy(), scored, resolved_link_threshold(c))
+    labels = linkage.agglomerate(nodes["count"].to_numpy(), scored, resolved_link_threshold(c))
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
     details["candidates_by_signal"] = by_signal
     details["candidate_pairs"] = len(scored)

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 
 from pairsieve import schemas as S
+from pairsieve.cluster import candidates, linkage
 from pairsieve.cluster import stage as cluster
 from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
@@ -108,15 +109,15 @@ def test_bridge_pair_does_not_chain_two_products() -> None:
     # products {0,1,2} and {3,4,5}, each fully linked, joined by one strong bridge 2-3
     rows = [(i, j, 0.95, True, None) for i, j in [(0, 1), (0, 2), (1, 2), (3, 4), (3, 5), (4, 5)]]
     rows.append((2, 3, 0.9, True, None))
-    labels = cluster.agglomerate(np.ones(6, dtype=np.int64), _scored(rows), link_threshold=0.5)
+    labels = linkage.agglomerate(np.ones(6, dtype=np.int64), _scored(rows), link_threshold=0.5)
     assert labels.tolist() == [0, 0, 0, 3, 3, 3]
-    chained = cluster.agglomerate(np.ones(6, dtype=np.int64), _scored(rows), link_threshold=0.05)
+    chained = linkage.agglomerate(np.ones(6, dtype=np.int64), _scored(rows), link_threshold=0.05)
     assert len(set(chained.tolist())) == 1  # what connected components would do
 
 
 def test_veto_blocks_merge_for_good() -> None:
     rows = [(0, 1, 0.9, True, None), (1, 2, 0.9, True, None), (0, 2, 0.5, False, "bytes_conflict")]
-    labels = cluster.agglomerate(np.ones(3, dtype=np.int64), _scored(rows), link_threshold=0.1)
+    labels = linkage.agglomerate(np.ones(3, dtype=np.int64), _scored(rows), link_threshold=0.1)
     assert labels[0] != labels[2]
 
 
@@ -301,7 +302,7 @@ def test_compiled_merge_loop_equals_the_python_loop(seed: int) -> None:
     counts = rng.integers(1, 4, n).astype(np.uint32)
     for threshold in (0.3, 0.5, 0.8):
         want = _reference_agglomerate(counts, scored, threshold)
-        assert cluster.agglomerate(counts, scored, threshold).tolist() == want
+        assert linkage.agglomerate(counts, scored, threshold).tolist() == want
 
 
 def test_in_two_processes_is_ordered_and_reports_failures() -> None:
@@ -373,9 +374,9 @@ def test_code_block_pairs_equal_brute_force() -> None:
             }
         )
         skipped = sum(len(nodes) > max_block for nodes in members.values())
-        pairs, n_skipped = cluster.code_block_pairs(attrs, max_block)
+        pairs, n_skipped = candidates.code_block_pairs(attrs, max_block)
         assert [tuple(p) for p in pairs.tolist()] == expected
         assert n_skipped == skipped
         wanted = rng.random(len(attrs)) < 0.2  # a day-2 build's changed titles
-        some, _ = cluster.code_block_pairs(attrs, max_block, wanted)
+        some, _ = candidates.code_block_pairs(attrs, max_block, wanted)
         assert touching(some, wanted).tolist() == touching(pairs, wanted).tolist()

@@ -1,0 +1,230 @@
+"""Candidate pairs of title nodes, from four signals: exact title, a shared model code, MinHash
+LSH over the titles' words, and kNN over their sentence embeddings.
+
+Each signal only proposes pairs; verification (`cluster.verify`) judges them. With a previous
+build (`cluster.reuse`), only pairs touching a node whose title changed are generated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.cluster.reuse import touching
+from pairsieve.config import ClusterConfig, PairsieveConfig
+from pairsieve.text import attributes as text
+from pairsieve.text import match
+from pairsieve.vectors import minhash
+
+if TYPE_CHECKING:
+    from pairsieve.vectors import knn
+    from pairsieve.vectors.embed import Encoder
+SIGNAL_ORDER = ("exact", "code", "minhash", "embedding")
+
+
+_SIGNATURE_PARTITION = 250_000  # titles per signature cache part
+
+
+def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
+    """Codes found on more than ``max_df`` distinct titles: features, not product identifiers."""
+    codes = [c for a in attrs for c in a.codes | a.joined]
+    counts = pl.Series("code", codes, dtype=pl.String).value_counts()
+    return set(counts.filter(pl.col("count") > max_df)["code"].to_list())
+
+
+def code_block_pairs(
+    attrs: list[text.Attributes], max_block: int, wanted: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
+    """Node pairs sharing a model-code blocking key (`match.code_keys`); blocks over
+    ``max_block`` titles are skipped, and with ``wanted`` ((n,) bool) blocks without a wanted
+    node."""
+    rows, keys = [], []
+    key_ids: dict[str, int] = {}
+    ids_of: dict[str, list[int]] = {}  # code -> its key ids, computed once per distinct code
+    for node, attr in enumerate(attrs):
+        if not (attr.codes or attr.joined):
+            continue
+        node_keys: set[int] = set()
+        for c in attr.codes | attr.joined:
+            found = ids_of.get(c)
+            if found is None:
+                own = match.code_keys(c)
+                found = ids_of[c] = [key_ids.setdefault(k, len(key_ids)) for k in own]
+            node_keys.update(found)
+        rows.extend([node] * len(node_keys))
+        keys.extend(node_keys)
+    if not rows:
+        return np.empty((0, 2), np.int64), 0
+    # Rows sorted by (key, node): each block is a run of ascending nodes (a node holds a key
+    # once). Blocks of s nodes are paired s at a time through the upper triangle of an s x s
+    # grid, so the work is the number of pairs; most keys (6-char stretches) are on one title.
+    ordered = np.sort((np.asarray(keys, dtype=np.int64) << 32) | np.asarray(rows, dtype=np.int64))
+    members = ordered & 0xFFFFFFFF
+    starts = np.flatnonzero(np.r_[True, (ordered[1:] >> 32) != (ordered[:-1] >> 32)])
+    sizes = np.diff(np.r_[starts, len(ordered)])
+    paired = (sizes >= 2) & (sizes <= max_block)
+    if wanted is not None:
+        paired &= np.add.reduceat(wanted[members].astype(np.int64), starts) > 0
+    found = [np.empty(0, dtype=np.int64)]
+    for size in np.unique(sizes[paired]).tolist():
+        block = members[starts[paired & (sizes == size)][:, None] + np.arange(size)]
+        first, second = np.triu_indices(size, 1)
+        found.append(((block[:, first] << 32) | block[:, second]).ravel())
+    codes = np.sort(np.concatenate(found))
+    codes = codes[np.r_[True, codes[1:] != codes[:-1]]] if len(codes) else codes
+    return np.stack([codes >> 32, codes & 0xFFFFFFFF], axis=1), int(np.sum(sizes > max_block))
+
+
+def minhash_pairs(
+    cfg: ClusterConfig,
+    titles: pl.Series,
+    seed: int,
+    cache_dir: str | None = None,
+    wanted: np.ndarray | None = None,
+) -> tuple[np.ndarray, int, int]:
+    """Node pairs colliding in at least one LSH band of their MinHash signatures (a band bucket
+    holding a ``wanted`` node, when given), buckets skipped, and signatures computed: those of
+    texts seen before come from the cache in ``cache_dir``."""
+    from pairsieve.vectors.embed import embed_texts
+
+    encoder = minhash.SignatureEncoder(cfg.shingle_kind, cfg.shingle_size, cfg.num_perm, seed)
+    cache = minhash.SignatureCache(cache_dir, encoder.model_key) if cache_dir else None
+    sig, stats = embed_texts(titles.to_list(), encoder, cache, _SIGNATURE_PARTITION)
+    bands, rows = minhash.lsh_params(cfg.lsh_threshold, cfg.num_perm)
+    pairs, skipped = minhash.lsh_pairs(sig, bands, rows, cfg.max_bucket, wanted)
+    return pairs, skipped, stats.encoded
+
+
+def knn_pairs(
+    cfg: PairsieveConfig,
+    vectors: np.ndarray,
+    rows: np.ndarray | None = None,
+    layout: knn.IvfLayout | None = None,
+    keys: np.ndarray | None = None,
+) -> tuple[np.ndarray, Any]:
+    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
+    (with ``rows``, only the neighbours of those nodes are searched), and the faiss index
+    searched: a previous build's ``layout`` spares its IVF training and, for the titles with
+    ``keys`` it indexed, their assignment (`knn.build_index`)."""
+    from pairsieve.vectors import knn
+
+    rows = np.arange(len(vectors)) if rows is None else rows
+    index = knn.build_index(vectors, cfg.knn, cfg.seed, layout, keys)
+    scores, ids = knn.search(index, vectors[rows], cfg.cluster.knn_k + 1)
+    source = np.repeat(rows, ids.shape[1])
+    keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
+    pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
+    pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
+    return minhash.unique_pairs(pairs), index
+
+
+def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
+    """One row per distinct node pair (a < b) with the signals that proposed it ("code+minhash"),
+    sorted by (a, b); signals are named in `SIGNAL_ORDER`."""
+    parts = [(name, p) for name, p in found.items() if len(p)]
+    if not parts:
+        return pl.DataFrame(schema={"a": pl.Int64, "b": pl.Int64, S.SIGNAL: pl.String})
+    rank = {name: i for i, name in enumerate(SIGNAL_ORDER)}
+    codes = np.concatenate([(p[:, 0].astype(np.int64) << 32) | p[:, 1] for _, p in parts])
+    bits = np.concatenate([np.full(len(p), 1 << rank[name], dtype=np.int64) for name, p in parts])
+    order = np.argsort(codes, kind="stable")
+    codes, bits = codes[order], bits[order]
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    masks, which = np.unique(np.bitwise_or.reduceat(bits, starts), return_inverse=True)
+    names = [
+        "+".join(name for name in SIGNAL_ORDER if int(mask) & (1 << rank[name])) for mask in masks
+    ]
+    codes = codes[starts]
+    return pl.DataFrame(
+        {
+            "a": codes >> 32,
+            "b": codes & 0xFFFFFFFF,
+            S.SIGNAL: pl.Series(names, dtype=pl.String).gather(which.ravel()),
+        }
+    )
+
+
+def _embed(
+    cfg: PairsieveConfig, titles: list[str], encoder: Encoder | None
+) -> tuple[np.ndarray, dict]:
+    from pairsieve.vectors.embed import embed_texts, load_encoder, shared_cache
+
+    encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
+    vectors, stats = embed_texts(titles, encoder, shared_cache(cfg.cache_dir, encoder.model_key))
+    return vectors, {"embedded": stats.encoded, "embedding_cache_hits": stats.cache_hits}
+
+
+def embedding_candidates(
+    cfg: PairsieveConfig,
+    nodes: pl.DataFrame,
+    encoder: Encoder | None,
+    unsettled: np.ndarray | None,
+    previous: knn.IvfLayout | None,
+) -> tuple[np.ndarray, np.ndarray, knn.IvfLayout | None, dict]:
+    """kNN pairs touching an unsettled node (all when None), the node vectors, the index's
+    `knn.IvfLayout` (built on ``previous`` while its centroids fit), and what was embedded and
+    trained."""
+    from pairsieve.core.hashing import text_keys
+    from pairsieve.vectors import knn
+
+    titles = nodes[S.TITLE].to_list()
+    vectors, details = _embed(cfg, titles, encoder)
+    rows = None if unsettled is None else np.flatnonzero(unsettled)
+    keys = text_keys(titles) if len(titles) > cfg.knn.exact_max else None  # IVF only
+    pairs, index = knn_pairs(cfg, vectors, rows, previous, keys)
+    layout = None if keys is None else knn.layout_of(index, keys)
+    if layout is not None:
+        details["ivf_centroids"] = knn.centroid_source(index, previous)
+    return touching(pairs, unsettled), vectors, layout, details
+
+
+@dataclass
+class Candidates:
+    """The candidate pairs of a catalog's nodes and what finding them produced."""
+
+    pairs: pl.DataFrame  # a, b, signal (`combine_candidates`)
+    by_signal: dict[str, int]  # pairs each signal proposed
+    vectors: np.ndarray | None  # node embeddings (None on the MinHash path)
+    ivf: knn.IvfLayout | None  # the kNN index's IVF layout, if it had one
+    details: dict[str, Any]
+    timings: dict[str, float]
+
+
+def generate(
+    cfg: PairsieveConfig,
+    nodes: pl.DataFrame,
+    attrs: list[text.Attributes],
+    encoder: Encoder | None,
+    unsettled: np.ndarray | None,
+    previous_ivf: knn.IvfLayout | None,
+) -> Candidates:
+    """Every signal's pairs touching an ``unsettled`` node (all pairs when None), combined;
+    ``previous_ivf`` spares the kNN index's IVF training while its centroids fit."""
+    c = cfg.cluster
+    started = time.perf_counter()
+    details: dict[str, Any] = {}
+    found: dict[str, np.ndarray] = {}
+    code, details["code_blocks_skipped"] = code_block_pairs(attrs, c.max_bucket, unsettled)
+    found["code"] = touching(code, unsettled)
+    match_text = pl.Series([" ".join(sorted(a.words)) for a in attrs], dtype=pl.String)
+    lsh, details["lsh_buckets_skipped"], details["signatures_computed"] = minhash_pairs(
+        c, match_text, cfg.seed, cfg.cache_dir, unsettled
+    )
+    found["minhash"] = touching(lsh, unsettled)
+    del code, lsh
+    timings = {"minhash_s": time.perf_counter() - started}
+    vectors = ivf = None
+    if c.use_embeddings:
+        found["embedding"], vectors, ivf, embed_details = embedding_candidates(
+            cfg, nodes, encoder, unsettled, previous_ivf
+        )
+        details.update(embed_details)
+        timings["embedding_s"] = time.perf_counter() - started - timings["minhash_s"]
+    by_signal = {k: len(v) for k, v in found.items()}
+    pairs = combine_candidates(found)  # the per-signal arrays (GBs at 1M listings) go with it
+    return Candidates(pairs, by_signal, vectors, ivf, details, timings)
