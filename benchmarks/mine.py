@@ -4,7 +4,7 @@ Embedding 300k texts with MiniLM at ~190 texts/s takes ~26 min of both shared co
 full-size run uses seeded random unit vectors (queries = their first clicked listing's vector plus
 noise, so positives score like real ones); embedding time is *extrapolated* from the titles/s
 measured here on a sample of the same synthetic titles (cache bypassed). Search and filtering run
-at full size on the real code paths (`mine.build_retrieval`, `mine.mine_pairs`).
+at full size on the real code paths (`build_retrieval`, `deepen.mine_pairs`).
 IVF recall@k against exact search is measured on real PriceRunner embeddings (cached titles and
 derived-log queries), because random vectors have no cluster structure and would understate it.
 
@@ -28,7 +28,9 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import synth
 from pairsieve.datasets.clicklog import derive_clicks
 from pairsieve.datasets.pricerunner import load_catalog
+from pairsieve.mine import deepen
 from pairsieve.mine import stage as mine
+from pairsieve.mine.retrieval import Embedded, build_retrieval, embed_inputs, positive_table
 from pairsieve.vectors.embed import EmbeddingCache, load_encoder
 
 DIM = 384
@@ -48,7 +50,7 @@ def synthetic_inputs(n_listings: int, n_queries: int, folder: Path):
     return catalog, clicks
 
 
-def random_embedded(catalog: pl.DataFrame, clicks: pl.DataFrame, seed: int) -> mine.Embedded:
+def random_embedded(catalog: pl.DataFrame, clicks: pl.DataFrame, seed: int) -> Embedded:
     """Unit vectors: listings uniform on the sphere, each query the mean of its clicked
     listings plus noise (so every positive scores well above chance, as real ones do)."""
     rng = np.random.default_rng(seed)
@@ -63,7 +65,7 @@ def random_embedded(catalog: pl.DataFrame, clicks: pl.DataFrame, seed: int) -> m
     sums /= np.linalg.norm(sums, axis=1, keepdims=True)
     queries = sums + 0.05 * rng.standard_normal(sums.shape, dtype=np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    return mine.Embedded(names.tolist(), listing_ids, queries.astype(np.float32), listings)
+    return Embedded(names.tolist(), listing_ids, queries.astype(np.float32), listings)
 
 
 def embedding_rate(titles: list[str], cfg: PairsieveConfig, n: int = 1000) -> dict:
@@ -84,12 +86,12 @@ def full_size(cfg: PairsieveConfig, n_listings: int, n_queries: int, folder: Pat
     embedded = random_embedded(catalog, clicks, cfg.seed)
     cpu = time.process_time()
     started = time.perf_counter()
-    retrieval = mine.build_retrieval(embedded, cfg)
+    retrieval = build_retrieval(embedded, cfg)
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
-    positives = mine.positive_table(pairs, embedded)
+    positives = positive_table(pairs, embedded)
     products = catalog.select(S.LISTING_ID, pl.col(S.TRUE_PRODUCT_ID).alias(S.PRODUCT_ID))
     info_frame = mine.listing_products(catalog, products)
-    mined = mine.mine_pairs(retrieval, positives, info_frame, cfg.mine, cfg.seed)
+    mined = deepen.mine_pairs(retrieval, positives, info_frame, cfg.mine, cfg.seed)
     info = retrieval.info
     filter_s = time.perf_counter() - started - info["search_s"] - info["index_s"]
     mine_cpu_s = time.process_time() - cpu
@@ -126,12 +128,12 @@ def ivf_recall(cfg: PairsieveConfig, data_root: Path) -> dict:
     clicks = derive_clicks(catalog, seed=cfg.seed)
     encoder = load_encoder(cfg.embed)
     cache = EmbeddingCache(cfg.cache_dir, encoder.model_key)
-    embedded = mine.embed_inputs(clicks[S.QUERY].unique().to_list(), catalog, encoder, cache)
+    embedded = embed_inputs(clicks[S.QUERY].unique().to_list(), catalog, encoder, cache)
     k = cfg.mine.search_depth
     rows = np.arange(len(embedded.queries))
-    exact_retrieval = mine.build_retrieval(embedded, cfg)
+    exact_retrieval = build_retrieval(embedded, cfg)
     exact = exact_retrieval.candidates(rows, k).partition_by(S.QUERY, maintain_order=True)
-    ivf_retrieval = mine.build_retrieval(embedded, cfg.with_(**{"knn.exact_max": 1000}))
+    ivf_retrieval = build_retrieval(embedded, cfg.with_(**{"knn.exact_max": 1000}))
     approx = ivf_retrieval.candidates(rows, k).partition_by(S.QUERY, maintain_order=True)
     exact = [part[S.NEGATIVE_LISTING_ID].to_list() for part in exact]
     approx = [part[S.NEGATIVE_LISTING_ID].to_list() for part in approx]

@@ -118,7 +118,7 @@ class PreviousClustering:
 
     def pairs_between(self, nodes: pl.DataFrame, settled: np.ndarray) -> pl.DataFrame:
         """The previous pairs between two settled nodes, as scored node pairs (a < b) with the
-        columns `cluster_verify.verify` gives."""
+        columns `cluster.verify.verify` gives."""
         node = np.flatnonzero(settled).astype(np.int64)
         reps = nodes[S.LISTING_ID].filter(pl.Series(settled))
         at_a = positions(self.pairs[S.LISTING_A], reps)

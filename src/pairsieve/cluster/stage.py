@@ -185,7 +185,7 @@ def cluster_listings(
     runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
     learned verifier's pair features (rows of ``Clustering.scored``), for refitting it. With
     ``previous``, pairs between unchanged titles are reused from it and only pairs touching the
-    others are generated and verified (`cluster_reuse`)."""
+    others are generated and verified (`cluster.reuse`)."""
     c = cfg.cluster
     timings: dict[str, float] = {}
     started = time.perf_counter()

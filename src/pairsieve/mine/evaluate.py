@@ -13,7 +13,7 @@ On a catalog with ground-truth product ids and a click log, one index is mined f
 * ``truth``: (d) with ground-truth product ids, an upper bound for the clusterer.
 
 Exact-text exclusion is expressed as "a product is a distinct title", so every variant runs the
-same `mine.mine_pairs` and differs only in its product map and margin knobs (a variant that
+same `deepen.mine_pairs` and differs only in its product map and margin knobs (a variant that
 leaves pairs short searches deeper, as the stage does). The
 false-negative rate is the share of kept negatives whose true product equals the positive's.
 """
@@ -30,7 +30,9 @@ from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.errors import PairsieveError
+from pairsieve.mine import deepen
 from pairsieve.mine import stage as mine
+from pairsieve.mine.retrieval import build_retrieval, embed_inputs, positive_table
 from pairsieve.vectors.embed import Encoder, shared_cache
 
 log = logging.getLogger(__name__)
@@ -163,9 +165,9 @@ def evaluate(
     """
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
     cache = shared_cache(cfg.cache_dir, encoder.model_key)
-    embedded = mine.embed_inputs(pairs[S.QUERY].to_list(), listings, encoder, cache)
-    retrieval = mine.build_retrieval(embedded, cfg)
-    positives = mine.positive_table(pairs, embedded)
+    embedded = embed_inputs(pairs[S.QUERY].to_list(), listings, encoder, cache)
+    retrieval = build_retrieval(embedded, cfg)
+    positives = positive_table(pairs, embedded)
     maps = product_maps(listings, clusters, S.TRUE_PRODUCT_ID)
     no_margin = cfg.mine.model_copy(update={"absolute_margin": None, "relative_margin": None})
     with_margin = cfg.mine
@@ -176,7 +178,7 @@ def evaluate(
         if product_map not in maps:
             continue
         mine_cfg = with_margin if use_margin else no_margin
-        mined = mine.mine_pairs(retrieval, positives, maps[product_map], mine_cfg, cfg.seed)
+        mined = deepen.mine_pairs(retrieval, positives, maps[product_map], mine_cfg, cfg.seed)
         variants[name] = {
             "products": product_map,
             "margin": use_margin,

@@ -7,7 +7,8 @@ before (ids may change: only the grouping matters), the mine config is unchanged
 due for refresh. A query is *refiltered* when every listing it saw is unchanged and either it
 only gained clicks or its products were regrouped: its previous candidates (the search's
 result, which does not depend on products and, below the ceiling, not on the clicks) are
-filtered again against today's positives and products (`mine.refilter`). Every other query is
+filtered again against today's positives and products (`mine.refilter.refilter`). Every other
+query is
 mined as in a full build. Safety holds by construction: a reused negative is still of another
 product than its positive, the negatives of a pair still come from distinct products, and a
 refiltered query passes today's filters.
@@ -176,7 +177,7 @@ class PreviousMining:
 class ReusePlan:
     """Today's queries the previous build serves: ``reused`` keep their rows as they are;
     ``refiltered`` only gained clicks or were regrouped, so their previous candidates are
-    filtered again against today's positives and products (`mine.refilter` leaves to mining
+    filtered again against today's positives and products (`mine.refilter.refilter` leaves to mining
     those that mining would search deeper)."""
 
     reused: pl.Series

@@ -11,6 +11,7 @@ import pytest
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.errors import PairsieveError
+from pairsieve.mine import deepen, retrieval
 from pairsieve.mine import evaluate as mine_eval
 from pairsieve.mine import filters as mine_filter
 from pairsieve.mine import stage as mine
@@ -139,7 +140,7 @@ def test_num_negatives_top_takes_the_hardest_and_short_pairs_are_not_padded():
     assert set(reasons(dropped).values()) == {"not_sampled"}
     assert kept_ids(kept, "r") == ["x"]
     candidates, pos = frames(scores, positives)[:2]
-    counts = mine.candidate_counts(candidates)
+    counts = deepen.candidate_counts(candidates)
     summary = mine.summarise(
         counts, pos, kept, mine.reason_counts(dropped), MineConfig(num_negatives=3)
     )
@@ -174,7 +175,7 @@ def test_accounting_identity_and_reason_precedence():
     cfg = MineConfig(num_negatives=1, range_min=1, min_score=0.2, relative_margin=NV_MARGIN)
     kept, dropped = mine_filter.filter_candidates(candidates, pos, prod, cfg, 13)
     per_reason = mine.reason_counts(dropped)
-    summary = mine.summarise(mine.candidate_counts(candidates), pos, kept, per_reason, cfg)
+    summary = mine.summarise(deepen.candidate_counts(candidates), pos, kept, per_reason, cfg)
     assert summary["considered"] == kept.height + sum(summary["dropped_by_reason"].values()) == 7
     # b is skipped by range_min before the one-per-product step, so b2 represents product B
     assert reasons(dropped) == {
@@ -294,7 +295,7 @@ def test_output_is_identical_whatever_the_input_row_order(sampling):
 def test_candidate_table_skips_missing_neighbours():
     scores = np.array([[0.9, 0.5], [0.7, -1.0]], dtype=np.float32)
     ids = np.array([[1, 0], [0, -1]])
-    table = mine.candidate_table(["q1", "q2"], ["a", "b"], scores, ids)
+    table = retrieval.candidate_table(["q1", "q2"], ["a", "b"], scores, ids)
     assert table.rows() == [
         ("q1", "b", pytest.approx(0.9)),
         ("q1", "a", pytest.approx(0.5)),
@@ -310,19 +311,19 @@ def deepening_case(**knobs):
     ids = [*q1_scores, "m"]
     vectors = [[s, np.sqrt(1 - s * s), 0.0] for s in q1_scores.values()]
     vectors.append([0.0, np.sqrt(1 - 0.95**2), 0.95])
-    embedded = mine.Embedded(
+    embedded = retrieval.Embedded(
         ["q1", "q2"], ids, np.eye(3, dtype=np.float32)[[0, 2]], np.array(vectors, np.float32)
     )
     cfg = PairsieveConfig().with_(
         **{"mine.search_depth": 3, "mine.range_max": 10, "mine.num_negatives": 2, **knobs}
     )
     positives = frames({}, {("q1", "p"): 0.6, ("q2", "m"): 0.95})[1]
-    return mine.build_retrieval(embedded, cfg), positives, cfg
+    return retrieval.build_retrieval(embedded, cfg), positives, cfg
 
 
 def test_queries_left_short_by_the_margin_are_mined_again_below_the_margin_alone():
     retrieval, positives, cfg = deepening_case()
-    mined = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
+    mined = deepen.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
     assert mined.rounds == [
         {"depth": 3, "queries": 2, "short": 1},
         {"depth": 12, "queries": 1, "short": 0},
@@ -338,7 +339,7 @@ def test_queries_left_short_by_the_margin_are_mined_again_below_the_margin_alone
     assert kept_ids(mined.kept, "q1") == ["n1", "n2"]
     assert reasons(mined.dropped, "q1")["h3"] == "margin"
     assert len(kept_ids(mined.kept, "q2")) == 2
-    alone = mine.mine_pairs(
+    alone = deepen.mine_pairs(
         retrieval, positives.filter(pl.col(S.QUERY) == "q1"), frames({}, {})[2], cfg.mine, 13
     )
     assert alone.kept.equals(mined.kept.filter(pl.col(S.QUERY) == "q1"))
@@ -346,9 +347,9 @@ def test_queries_left_short_by_the_margin_are_mined_again_below_the_margin_alone
 
 def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch):
     retrieval, positives, cfg = deepening_case()
-    whole = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
-    monkeypatch.setattr(mine, "_QUERY_BATCH", 1)  # q1 deepens, q2 does not: rounds add up
-    batched = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
+    whole = deepen.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
+    monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)  # q1 deepens, q2 does not: rounds add up
+    batched = deepen.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
     assert batched.kept.equals(whole.kept) and batched.dropped.equals(whole.dropped)
     assert batched.counts.sort(S.QUERY).equals(whole.counts.sort(S.QUERY))
     assert batched.rounds == whole.rounds and len(whole.rounds) == 2
@@ -357,7 +358,7 @@ def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch):
 
 def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
     retrieval, positives, cfg = deepening_case(**{"mine.range_max": 3})
-    mined = mine.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
+    mined = deepen.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
     assert mined.rounds == [{"depth": 3, "queries": 2, "short": 1}]
     assert kept_ids(mined.kept, "q1") == []
     reasons = mine.reason_counts(mined.dropped)

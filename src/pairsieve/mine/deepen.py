@@ -1,0 +1,146 @@
+"""Mining that searches each query only as deep as its pairs need: the top `mine.search_depth`
+first, then, for queries whose pairs are still short of negatives after the filters, deeper
+rounds and finally the exact scan below the margin (`knn.scan_below`), in batches of queries so
+memory does not grow with the log."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.config import MineConfig
+from pairsieve.mine.filters import (
+    filter_candidates,
+    score_ceilings,
+    short_queries,
+)
+from pairsieve.mine.retrieval import Retrieval
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Mined:
+    """What `mine_pairs` found: how many listings each query retrieved (`candidate_counts`),
+    the split of (pair, candidate) rows into kept and dropped (see `filter_candidates`), each
+    sorted by (query, positive, rank), one entry per retrieval round, and the listings deeper
+    rounds stepped over because they score above the margin (summed over pairs; they are
+    counted, not listed)."""
+
+    counts: pl.DataFrame
+    kept: pl.DataFrame
+    dropped: pl.DataFrame
+    rounds: list[dict[str, int]]
+    skipped_above_ceiling: int
+
+
+_DEEPEN = 4  # each round looks this many times deeper for the queries still short
+
+
+# Queries mined together: their candidate tables (~250 rows per pair at 10^6 listings) and the
+# filter's joins stay a few GB instead of growing with the log (22 GB at 190k queries at once).
+_QUERY_BATCH = 16_384
+
+
+def mine_pairs(
+    retrieval: Retrieval,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: MineConfig,
+    seed: int,
+) -> Mined:
+    """Mine every query's pairs, looking only as deep as each query needs.
+
+    Round one filters the top ``search_depth`` listings of every query. A query with a pair left
+    short of ``num_negatives`` is mined again from its top ``search_depth`` plus its best
+    listings at or below its ceiling (margin limit, ``max_score``), ``_DEEPEN`` times more of
+    them each round, until no pair is short or rank ``range_max`` is reached. A query is short
+    mostly because its weakly matched positive puts hundreds of listings inside the margin
+    (PriceRunner's derived log: half the queries have 188+); stepping over them keeps the
+    candidate table small. Each query's result depends on its own pairs only, so the queries
+    (sorted) are mined in batches of `_QUERY_BATCH` and the batches' sorted rows concatenate
+    into sorted tables.
+    """
+    n = len(retrieval.queries)
+    batches = [
+        _mine_batch(
+            retrieval,
+            np.arange(start, min(start + _QUERY_BATCH, n)),
+            positives,
+            products,
+            cfg,
+            seed,
+        )
+        for start in range(0, n, _QUERY_BATCH)
+    ] or [_mine_batch(retrieval, np.arange(0), positives, products, cfg, seed)]
+    rounds: list[dict[str, int]] = []
+    for batch in batches:
+        for number, entry in enumerate(batch.rounds):
+            if number == len(rounds):
+                rounds.append({**entry, "queries": 0, "short": 0})
+            rounds[number]["queries"] += entry["queries"]
+            rounds[number]["short"] += entry["short"]
+    return Mined(
+        pl.concat([b.counts for b in batches]),
+        pl.concat([b.kept for b in batches]),
+        pl.concat([b.dropped for b in batches]),
+        rounds,
+        sum(b.skipped_above_ceiling for b in batches),
+    )
+
+
+def _mine_batch(
+    retrieval: Retrieval,
+    rows: np.ndarray,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: MineConfig,
+    seed: int,
+) -> Mined:
+    """`mine_pairs` for the queries at ``rows`` (indices into ``retrieval.queries``)."""
+    deepest = min(cfg.range_max, len(retrieval.listing_ids))
+    head = depth = min(cfg.search_depth, deepest)
+    candidates = retrieval.candidates(rows, head)
+    above = np.zeros(rows.size, np.int64)
+    parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
+    rounds, skipped = [], []
+    while True:
+        names = pl.Series(S.QUERY, [retrieval.queries[i] for i in rows], dtype=pl.String)
+        pos = positives.filter(pl.col(S.QUERY).is_in(names.implode()))
+        kept, dropped = filter_candidates(candidates, pos, products, cfg, seed)
+        short = short_queries(pos, kept, cfg.num_negatives)
+        rounds.append({"depth": depth, "queries": int(rows.size), "short": short.len()})
+        deeper = names.is_in(short.implode()).to_numpy() & (above + depth < deepest)
+        finished = names.filter(pl.Series(~deeper))
+        done = pl.col(S.QUERY).is_in(finished.implode())
+        parts.append(
+            (candidate_counts(candidates.filter(done)), kept.filter(done), dropped.filter(done))
+        )
+        steps = np.clip(np.minimum(above, deepest) - head, 0, None)[~deeper]
+        skipped.append(pl.DataFrame({S.QUERY: finished, "_skipped": steps}))
+        if not deeper.any():
+            break
+        rows, depth = rows[deeper], depth * _DEEPEN
+        ceilings = score_ceilings(pos, names.filter(pl.Series(deeper)), cfg)
+        candidates, above = retrieval.candidates_below(rows, ceilings, head, depth, deepest)
+    order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
+    per_pair = positives.select(S.QUERY).join(pl.concat(skipped), on=S.QUERY)
+    return Mined(
+        pl.concat([c for c, _, _ in parts]),
+        pl.concat([k for _, k, _ in parts]).sort(order),
+        pl.concat([d for _, _, d in parts]).sort(order),
+        rounds,
+        int(per_pair["_skipped"].sum()),
+    )
+
+
+COUNT = "_candidates"
+
+
+def candidate_counts(candidates: pl.DataFrame) -> pl.DataFrame:
+    """(query, _candidates): listings retrieved per query, from a candidate table."""
+    return candidates.group_by(S.QUERY).len(COUNT)

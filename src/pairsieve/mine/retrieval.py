@@ -1,0 +1,191 @@
+"""Mining's retrieval half: embed the distinct queries and listings with the shared cache, build
+a faiss index over the listings (exact up to `knn.exact_max`, IVF above) and turn its answers into
+candidate tables; `positive_table` scores each clicked (query, listing) pair."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.config import PairsieveConfig
+from pairsieve.core.hashing import text_keys
+from pairsieve.mine.filters import (
+    with_ranks,
+)
+from pairsieve.vectors import knn
+from pairsieve.vectors.embed import (
+    EmbeddingCache,
+    Encoder,
+    embed_texts,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Distinct query texts and listings (both sorted, so row order of the inputs is irrelevant)
+    with their unit vectors: ``query_vectors`` (q, d) and ``listing_vectors`` (n, d) float32;
+    ``listing_keys`` (n,) are the titles' `embed.text_keys`, which file them in an IVF layout."""
+
+    queries: list[str]
+    listing_ids: list[str]
+    query_vectors: np.ndarray
+    listing_vectors: np.ndarray
+    stats: dict[str, Any] = field(default_factory=dict)
+    listing_keys: np.ndarray | None = None
+
+    def without(self, queries: pl.Series) -> Embedded:
+        """The same listings and stats, ``queries`` left out."""
+        if queries.is_empty():
+            return self
+        keep = ~pl.Series(self.queries, dtype=pl.String).is_in(queries.implode()).to_numpy()
+        names = [q for q, kept in zip(self.queries, keep, strict=True) if kept]
+        return Embedded(
+            names,
+            self.listing_ids,
+            self.query_vectors[keep],
+            self.listing_vectors,
+            self.stats,
+            self.listing_keys,
+        )
+
+
+def embed_inputs(
+    queries: list[str], listings: pl.DataFrame, encoder: Encoder, cache: EmbeddingCache | None
+) -> Embedded:
+    """Embed distinct query texts and listing titles (raw text: what the trainer encodes)."""
+    queries = sorted(set(queries))
+    listings = listings.select(S.LISTING_ID, S.TITLE).unique(S.LISTING_ID).sort(S.LISTING_ID)
+    query_vectors, query_stats = embed_texts(queries, encoder, cache)
+    titles = listings[S.TITLE].to_list()
+    listing_vectors, listing_stats = embed_texts(titles, encoder, cache)
+    stats = {
+        "queries": vars(query_stats),
+        "listings": vars(listing_stats),
+        "embed_s": round(query_stats.seconds + listing_stats.seconds, 3),
+    }
+    return Embedded(
+        queries,
+        listings[S.LISTING_ID].to_list(),
+        query_vectors,
+        listing_vectors,
+        stats,
+        text_keys(titles),
+    )
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """A faiss index over the listings and the distinct queries' vectors, searched as deep as
+    each query needs (`mine_pairs`)."""
+
+    index: Any
+    queries: list[str]
+    listing_ids: list[str]
+    query_vectors: np.ndarray
+    listing_vectors: np.ndarray
+    info: dict[str, Any]
+
+    def candidates(self, rows: np.ndarray, depth: int) -> pl.DataFrame:
+        """(query, negative_listing_id, score, rank) for the top ``depth`` listings of the
+        queries at ``rows`` (indices into ``queries``), from the index."""
+        started = time.perf_counter()
+        scores, ids = knn.search(self.index, self.query_vectors[rows], depth)
+        self.info["search_s"] += time.perf_counter() - started
+        names = [self.queries[i] for i in rows]
+        return with_ranks(candidate_table(names, self.listing_ids, scores, ids))
+
+    def candidates_below(
+        self, rows: np.ndarray, ceilings: np.ndarray, head: int, depth: int, max_rank: int
+    ) -> tuple[pl.DataFrame, np.ndarray]:
+        """The top ``head`` listings of each query plus its top ``depth`` scoring at or below
+        its ceiling, ranked in the full ranking and cut at ``max_rank``, from an exact scan
+        (`knn.scan_below`); and per query the number of listings above its ceiling."""
+        started = time.perf_counter()
+        row, ids, scores, ranks, above = knn.scan_below(
+            self.listing_vectors, self.query_vectors[rows], ceilings, head, depth
+        )
+        self.info["search_s"] += time.perf_counter() - started
+        table = pl.DataFrame(
+            {
+                S.QUERY: pl.Series([self.queries[i] for i in rows], dtype=pl.String).gather(row),
+                S.NEGATIVE_LISTING_ID: pl.Series(self.listing_ids, dtype=pl.String).gather(ids),
+                S.SCORE: scores,
+                S.RANK: pl.Series(ranks, dtype=pl.Int32),
+            }
+        )
+        return table.filter(pl.col(S.RANK) <= max_rank), above
+
+
+def build_retrieval(
+    embedded: Embedded, cfg: PairsieveConfig, layout: knn.IvfLayout | None = None
+) -> Retrieval:
+    """Exact `IndexFlatIP` up to ``knn.exact_max`` listings, IVF above (see
+    `pairsieve.vectors.knn`; a previous build's ``layout`` spares the IVF training while its
+    centroids fit, and the assignment of the titles it indexed)."""
+    started = time.perf_counter()
+    index = knn.build_index(
+        embedded.listing_vectors, cfg.knn, cfg.seed, layout, embedded.listing_keys
+    )
+    info = {
+        "index": type(index).__name__,
+        "index_s": time.perf_counter() - started,
+        "search_s": 0.0,
+    }
+    info["ivf_centroids"] = knn.centroid_source(index, layout)
+    return Retrieval(
+        index,
+        embedded.queries,
+        embedded.listing_ids,
+        embedded.query_vectors,
+        embedded.listing_vectors,
+        info,
+    )
+
+
+def candidate_table(
+    queries: list[str], listing_ids: list[str], scores: np.ndarray, ids: np.ndarray
+) -> pl.DataFrame:
+    """Long table (query, negative_listing_id, score) of the retrieved listings; ids < 0 (fewer
+    listings than k) are not candidates."""
+    mask = ids >= 0  # (q, k) bool
+    query_index = np.repeat(np.arange(len(queries)), ids.shape[1])[mask.ravel()]
+    return pl.DataFrame(
+        {
+            S.QUERY: pl.Series(queries, dtype=pl.String).gather(query_index),
+            S.NEGATIVE_LISTING_ID: pl.Series(listing_ids, dtype=pl.String).gather(ids[mask]),
+            S.SCORE: scores[mask].astype(np.float32),
+        }
+    )
+
+
+def positive_table(pairs: pl.DataFrame, embedded: Embedded) -> pl.DataFrame:
+    """(query, positive_listing_id, positive_score) for every distinct clicked pair."""
+    query_pos = pl.DataFrame({S.QUERY: embedded.queries}, {S.QUERY: pl.String}).with_row_index("_q")
+    listing_pos = pl.DataFrame(
+        {S.LISTING_ID: embedded.listing_ids}, {S.LISTING_ID: pl.String}
+    ).with_row_index("_l")
+    joined = (
+        pairs.select(S.QUERY, S.LISTING_ID)
+        .unique()
+        .join(query_pos, on=S.QUERY)
+        .join(listing_pos, on=S.LISTING_ID)
+    )
+    scores = knn.pair_scores(
+        embedded.query_vectors,
+        joined["_q"].to_numpy(),
+        embedded.listing_vectors,
+        joined["_l"].to_numpy(),
+    )
+    return joined.select(
+        S.QUERY,
+        pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID),
+        pl.Series(S.POSITIVE_SCORE, scores, dtype=pl.Float32),
+    )
