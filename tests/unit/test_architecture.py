@@ -113,3 +113,26 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     planted = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert find_cycle(planted) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 60
+
+
+def _compiled(node: ast.FunctionDef) -> bool:
+    """A numba kernel: a flat loop is its clearest form, so it is exempt from the length limit."""
+    return any("njit" in ast.unparse(d) or "numba" in ast.unparse(d) for d in node.decorator_list)
+
+
+def test_modules_and_functions_stay_small():
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_long.append(f"{module_name(path)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not _compiled(node):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{module_name(path)}.{node.name}: {length} lines")
+    assert too_long == []

@@ -202,6 +202,23 @@ _REASONS: tuple[str | None, ...] = (
 _R_LOW, _R_BRAND, _R_MODEL_CODE, _R_GENERATION, _R_MODEL_TOKEN, _R_VARIANT, _R_NUMBER = range(1, 8)
 
 
+def _vetoes(
+    columns: _AttributeColumns, nodes: pl.DataFrame, a: np.ndarray, b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per pair (a[i], b[i]): the veto reason code (0 for none) and whether the titles share a
+    model code. Low-information titles and different brands veto before the attributes do."""
+    informative = nodes[INFORMATIVE].to_numpy()
+    brand_ids = _intern(nodes[S.BRAND].to_list())
+    has_brand = (nodes[S.BRAND].str.len_bytes() > 0).fill_null(False).to_numpy()
+    low = ~(informative[a] & informative[b])
+    brand = ~low & has_brand[a] & has_brand[b] & (brand_ids[a] != brand_ids[b])
+    rest = np.flatnonzero(~low & ~brand)
+    reason = np.where(low, _R_LOW, np.where(brand, _R_BRAND, 0))
+    shared = np.zeros(len(a), dtype=bool)
+    reason[rest], shared[rest] = columns.assess(a[rest], b[rest])
+    return reason, shared
+
+
 def verify(
     cfg: ClusterConfig,
     candidates: pl.DataFrame,
@@ -226,9 +243,6 @@ def verify(
     """
     a = candidates["a"].to_numpy().astype(np.int64)
     b = candidates["b"].to_numpy().astype(np.int64)
-    informative = nodes[INFORMATIVE].to_numpy()
-    brand_ids = _intern(nodes[S.BRAND].to_list())
-    has_brand = (nodes[S.BRAND].str.len_bytes() > 0).fill_null(False).to_numpy()
     cosine = None
     if vectors is not None:
         from pairsieve.vectors.knn import pair_scores  # faiss, only where embeddings are used
@@ -236,12 +250,7 @@ def verify(
         cosine = pair_scores(vectors, a, vectors, b).clip(-1, 1)
     columns = _AttributeColumns(attrs)
     jac = columns.jaccard(a, b)
-    low = ~(informative[a] & informative[b])
-    brand = ~low & has_brand[a] & has_brand[b] & (brand_ids[a] != brand_ids[b])
-    rest = np.flatnonzero(~low & ~brand)
-    reason = np.where(low, _R_LOW, np.where(brand, _R_BRAND, 0))
-    shared = np.zeros(len(a), dtype=bool)
-    reason[rest], shared[rest] = columns.assess(a[rest], b[rest])
+    reason, shared = _vetoes(columns, nodes, a, b)
     vetoed = reason > 0
     names = columns.reason_names()
     reasons = pl.Series(S.VETO_REASON, names, dtype=pl.String).gather(reason)

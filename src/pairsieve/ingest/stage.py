@@ -29,6 +29,7 @@ from pairsieve.core.contract import StageResult
 from pairsieve.core.memory import check_ingest_budget
 from pairsieve.ingest import rules
 from pairsieve.ingest.catalog import validate_catalog
+from pairsieve.ingest.clicks import ClickRows, aggregate_clicks, validate_clicks
 from pairsieve.schemas import (
     CLICKS_FILE,
     LISTING_ID,
@@ -100,30 +101,15 @@ def input_fingerprint(clicks: str | list[str], catalog: str | list[str]) -> str:
     return io.sha256_text("|".join(parts))
 
 
-def run(
-    cfg: PairsieveConfig, clicks: str | list[str], catalog: str | list[str], out_dir: Path
-) -> StageResult:
-    """Validate both inputs and write clicks.parquet, listings.parquet and quarantine.parquet.
-
-    Nothing is written unless both inputs pass the file-level checks.
-
-    Raises:
-        PairsieveError: ``missing_file``, ``unreadable_file``, ``missing_column``, ``empty_input``
-            naming the file (and column); ``memory_budget`` before reading anything.
-    """
-    # Imported here: ingest_clicks builds on this module's reason codes and helpers.
-    from pairsieve.ingest.clicks import aggregate_clicks, validate_clicks
-
-    check_ingest_budget(cfg, clicks, catalog)
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    listings, catalog_bad, catalog_files = validate_catalog(cfg.ingest, catalog)
-    timings["catalog_s"] = round(time.perf_counter() - started, 3)
-    started = time.perf_counter()
-    rows = validate_clicks(cfg.ingest, clicks, listings[LISTING_ID])
-    pairs = aggregate_clicks(rows)
-    timings["clicks_s"] = round(time.perf_counter() - started, 3)
-
+def _accounting(
+    listings: pl.DataFrame,
+    catalog_bad: pl.DataFrame,
+    catalog_files: list[str],
+    rows: ClickRows,
+    pairs: pl.DataFrame,
+) -> tuple[TableAccounting, TableAccounting]:
+    """Row accounting of the catalog and of the click log, where valid click rows of one
+    (query, listing) pair merged into one row count as ``aggregated``."""
     catalog_acc = TableAccounting(
         catalog_files,
         listings.height + catalog_bad.height,
@@ -138,6 +124,31 @@ def run(
         pairs.height,
         {**_reason_counts(rows.quarantine), **merged},
     )
+    return catalog_acc, clicks_acc
+
+
+def run(
+    cfg: PairsieveConfig, clicks: str | list[str], catalog: str | list[str], out_dir: Path
+) -> StageResult:
+    """Validate both inputs and write clicks.parquet, listings.parquet and quarantine.parquet.
+
+    Nothing is written unless both inputs pass the file-level checks.
+
+    Raises:
+        PairsieveError: ``missing_file``, ``unreadable_file``, ``missing_column``, ``empty_input``
+            naming the file (and column); ``memory_budget`` before reading anything.
+    """
+    check_ingest_budget(cfg, clicks, catalog)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    listings, catalog_bad, catalog_files = validate_catalog(cfg.ingest, catalog)
+    timings["catalog_s"] = round(time.perf_counter() - started, 3)
+    started = time.perf_counter()
+    rows = validate_clicks(cfg.ingest, clicks, listings[LISTING_ID])
+    pairs = aggregate_clicks(rows)
+    timings["clicks_s"] = round(time.perf_counter() - started, 3)
+
+    catalog_acc, clicks_acc = _accounting(listings, catalog_bad, catalog_files, rows, pairs)
     _log_table(rules.CATALOG_TABLE, catalog_acc, cfg.ingest.csv_encoding)
     _log_table(rules.CLICKS_TABLE, clicks_acc, cfg.ingest.csv_encoding)
 

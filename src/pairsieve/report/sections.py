@@ -230,6 +230,33 @@ def _dense(values: list[Any] | np.ndarray) -> np.ndarray:
     return np.unique(np.asarray(values, dtype=object).astype(str), return_inverse=True)[1]
 
 
+def _batch_figures(
+    batch_size: int,
+    rows: int,
+    product_sizes: np.ndarray,
+    text_table: list[dict],
+    product_table: list[dict],
+) -> dict[str, Any]:
+    """The headline figures of the in-batch section at the shards' batch size."""
+    kappa_text, kappa_product = text_table[0]["kappa"], product_table[0]["kappa"]
+    clean = {r["batch_size"]: r["p_batch_clean"] for r in product_table}
+    return {
+        "training_rows": int(rows),
+        "kappa_text": kappa_text,
+        "kappa_product": kappa_product,
+        "share_missed_by_text_dedupe": (
+            (kappa_product - kappa_text) / kappa_product if kappa_product else 0.0
+        ),
+        "training_batch_size": batch_size,
+        "false_negatives_per_anchor_at_training_batch": impact.expected_false_negatives(
+            batch_size, kappa_product
+        ),
+        "p_batch_clean_at_training_batch": clean[batch_size]
+        if batch_size in clean
+        else impact.p_batch_clean(product_sizes, batch_size),
+    }
+
+
 def batches_section(
     cfg: PairsieveConfig,
     text_groups: np.ndarray,
@@ -249,23 +276,9 @@ def batches_section(
     text_table = impact.collision_table(text_sizes, batch_sizes)
     product_table = impact.collision_table(product_sizes, batch_sizes)
     kappa_text, kappa_product = text_table[0]["kappa"], product_table[0]["kappa"]
-    b0 = cfg.shards.batch_size
-    clean = {r["batch_size"]: r["p_batch_clean"] for r in product_table}
-    figures = {
-        "training_rows": int(len(product_groups)),
-        "kappa_text": kappa_text,
-        "kappa_product": kappa_product,
-        "share_missed_by_text_dedupe": (
-            (kappa_product - kappa_text) / kappa_product if kappa_product else 0.0
-        ),
-        "training_batch_size": b0,
-        "false_negatives_per_anchor_at_training_batch": impact.expected_false_negatives(
-            b0, kappa_product
-        ),
-        "p_batch_clean_at_training_batch": clean[b0]
-        if b0 in clean
-        else impact.p_batch_clean(product_sizes, b0),
-    }
+    figures = _batch_figures(
+        cfg.shards.batch_size, len(product_groups), product_sizes, text_table, product_table
+    )
     tables = {
         "exact-text level (NoDuplicatesBatchSampler)": text_table,
         "product level": product_table,

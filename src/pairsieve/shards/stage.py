@@ -366,6 +366,30 @@ def _tag(entries: list[dict[str, Any]], meta_prefix: str) -> list[dict[str, Any]
     return [{**e, "meta": e["name"].startswith(meta_prefix + "-")} for e in entries]
 
 
+def _write_splits(
+    cfg: PairsieveConfig, train: pl.DataFrame, evalset: pl.DataFrame, out_dir: Path, k: int
+) -> tuple[dict[str, list[dict]], dict | None]:
+    """Write the train split (and the eval split when ``shards.eval_fraction`` > 0) as shard
+    files; return the manifest's file entries per split and the leakage check (None without an
+    eval split).
+
+    Raises:
+        PairsieveError: ``split_leak`` when a positive product is on both sides.
+    """
+    per_shard = cfg.shards.rows_per_shard
+    train_files = write_split(train, out_dir, (S.TRAIN_PREFIX, S.META_PREFIX), k, per_shard)
+    files = {"train": _tag(train_files, S.META_PREFIX)}
+    leakage = None
+    if cfg.shards.eval_fraction > 0:
+        eval_meta = f"{S.EVAL_PREFIX}-{S.META_PREFIX}"
+        eval_files = write_split(evalset, out_dir, (S.EVAL_PREFIX, eval_meta), k, per_shard)
+        files["eval"] = _tag(eval_files, eval_meta)
+        leakage = leakage_check(train, evalset)
+        if not leakage["ok"]:
+            raise PairsieveError("split_leak", "a positive product is on both sides of the split")
+    return files, leakage
+
+
 def run(  # noqa: PLR0913 - the stage contract: one argument per input file
     cfg: PairsieveConfig,
     clicks: Source,
@@ -392,24 +416,7 @@ def run(  # noqa: PLR0913 - the stage contract: one argument per input file
     train, evalset = split_eval(rows, cfg)
     train, train_dropped, plan_details = order_train(train, cfg, k)
     dropped.update(train_dropped)
-    files = {
-        "train": _tag(
-            write_split(
-                train, out_dir, (S.TRAIN_PREFIX, S.META_PREFIX), k, cfg.shards.rows_per_shard
-            ),
-            S.META_PREFIX,
-        )
-    }
-    leakage = None
-    if cfg.shards.eval_fraction > 0:
-        eval_meta = f"{S.EVAL_PREFIX}-{S.META_PREFIX}"
-        files["eval"] = _tag(
-            write_split(evalset, out_dir, (S.EVAL_PREFIX, eval_meta), k, cfg.shards.rows_per_shard),
-            eval_meta,
-        )
-        leakage = leakage_check(train, evalset)
-        if not leakage["ok"]:
-            raise PairsieveError("split_leak", "a positive product is on both sides of the split")
+    files, leakage = _write_splits(cfg, train, evalset, out_dir, k)
     io.write_json(_manifest(cfg, k, files, leakage, fingerprints), out_dir / S.MANIFEST_FILE)
     rows_out = train.height + (evalset.height if cfg.shards.eval_fraction > 0 else 0)
     outputs = {e["name"]: e["name"] for entries in files.values() for e in entries}
