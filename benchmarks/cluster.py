@@ -93,7 +93,7 @@ def main() -> None:
 
 
 # The steps of `cluster.run`, timed in wall and CPU seconds by `stage_only` (CPU seconds
-# count every thread and the forked workers of `parallel.in_two_processes`; other agents
+# count every thread and the forked workers of `parallel.in_processes`; other agents
 # share the cores, so wall time alone misleads).
 STEPS = {
     "attributes": (("stage", "prepare"), ("stage", "node_table"), ("candidates", "common_codes")),

@@ -49,3 +49,12 @@ def prefect_harness():
 
     with prefect_test_harness(server_startup_timeout=120):
         yield
+
+
+def pytest_collection_modifyitems(items):
+    """Everything under tests/system/ is a system test (whole builds, subprocesses, servers):
+    `pytest -m "not system"` runs the fast unit layer alone; CI runs both."""
+    system = Path(__file__).parent / "system"
+    for item in items:
+        if system in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.system)

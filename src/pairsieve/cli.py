@@ -357,6 +357,16 @@ def cluster_command(
     print_json(result.to_json())
 
 
+DataRootOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-root",
+        envvar="PAIRSIEVE_DATA_ROOT",
+        help="Folder holding the public benchmark data sets (needed with --dataset).",
+    ),
+]
+
+
 @app.command("eval")
 @handle_errors
 def eval_command(
@@ -368,9 +378,7 @@ def eval_command(
         str | None,
         typer.Option("--dataset", help="pricerunner or abt-buy (read from --data-root)."),
     ] = None,
-    data_root: Annotated[
-        Path, typer.Option("--data-root", help="Folder holding the benchmark data sets.")
-    ] = Path("../shared/data"),
+    data_root: DataRootOpt = None,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
@@ -410,9 +418,7 @@ def mine_eval_command(  # noqa: PLR0913 - one parameter per CLI option
     dataset: Annotated[
         str | None, typer.Option("--dataset", help="pricerunner or abt-buy (from --data-root).")
     ] = None,
-    data_root: Annotated[
-        Path, typer.Option("--data-root", help="Folder holding the benchmark data sets.")
-    ] = Path("../shared/data"),
+    data_root: DataRootOpt = None,
     truth_column: Annotated[
         str, typer.Option("--truth-column", help="Catalog column with true product ids.")
     ] = "true_product_id",

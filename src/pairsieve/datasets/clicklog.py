@@ -145,10 +145,6 @@ def canonical_names(catalog: pl.DataFrame, truth_column: str) -> pl.DataFrame:
 # --- queries -------------------------------------------------------------------------------------
 
 
-def _tokens_text(tokens: pl.Expr) -> pl.Expr:
-    return tokens.list.join(" ")
-
-
 def query_variants(names: pl.Series, keys: np.ndarray, plain: np.ndarray) -> pl.Series:
     """A shopper-style query per (canonical name, variant key): (n,) String.
 

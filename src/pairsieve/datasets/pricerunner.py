@@ -1,7 +1,7 @@
 """PriceRunner product-clustering benchmark as a labelled catalog.
 
-35,311 offers from 306 merchants, 13,233 products (``cluster_id``); see
-/work/shared/data/README.md. Titles are kept verbatim: they are the text a matcher sees.
+35,311 offers from 306 merchants, 13,233 products (``cluster_id``); see the README beside
+the data files. Titles are kept verbatim: they are the text a matcher sees.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Normalisation keeps digits and units, so variants stay distinguishable ("64 GB",
 only a matching key.
 
 Attributes are what separates two products whose titles are otherwise near-identical (measured
-on PriceRunner, issue 3): model codes (mixed letter-digit tokens such as "ue55nu8000"), quantities
+on PriceRunner): model codes (mixed letter-digit tokens such as "ue55nu8000"), quantities
 with units (capacities, sizes, weights, speeds), bare numbers ("iphone 8" vs "iphone 7"), short
 model tokens ("s8", "a2", "i7") and variant words without digits ("plus", "max", "mark ii").
 Only general product vocabulary lives here (units, variant words, colour words), no data-set
@@ -118,7 +118,7 @@ _REGION_SUFFIX = re.compile(r"\b([a-z]*\d[a-z0-9]*)/[a-z0-9]{1,3}\b")
 # "s8+" is "s8 plus"; a trailing "+" on a word is a variant marker, not punctuation.
 _PLUS = re.compile(r"(?<=[a-z0-9])\+")
 
-# Variant words name a different product without any digit (issue 3: "plus", "xs", "max",
+# Variant words name a different product without any digit ("plus", "xs", "max",
 # "mark ii", roman numerals). General product vocabulary, not tuned to one data set.
 VARIANT_WORDS = frozenset(
     {
@@ -328,7 +328,7 @@ def _split_glued(toks: list[str]) -> list[str]:
     return out
 
 
-# Per-token memo of `extract_attributes` (issue 3 throughput): a catalog repeats a few thousand
+# Per-token memo of `extract_attributes`, for throughput: a catalog repeats a few thousand
 # distinct tokens across ~10^5-10^6 titles, so each token is split, classified and each
 # adjacent pair joined once. The cached values are what the plain functions return.
 _MEMO_LIMIT = 1 << 20

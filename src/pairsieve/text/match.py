@@ -24,8 +24,8 @@ def code_core(code: str) -> str:
 
 def codes_compatible(a: str, b: str) -> bool:
     """Same model code up to region prefixes and suffixes: equal, or the shorter (>= 5 chars)
-    contained in the longer ("55nu8000" in "ue55nu8000txxu"). A strict equality veto removed
-    8,401 true PriceRunner pairs (issue 3)."""
+    contained in the longer ("55nu8000" in "ue55nu8000txxu"). A strict equality veto removes
+    8,401 true PriceRunner pairs (benchmarks/RESULTS.md, "cluster")."""
     if a == b:
         return True
     short, long = (a, b) if len(a) <= len(b) else (b, a)

@@ -8,7 +8,7 @@ to per-document minima. For the same ``seed`` and ``num_perm`` the signatures eq
 ``datasketch.MinHash(num_perm, seed).update(...)`` value for value (a test checks it).
 
 Banding is a group-by on (band, band hash) over the signature matrix instead of datasketch's
-dict-of-lists `MinHashLSH`, so it runs on columnar partitions (DESIGN.md, scale-out).
+dict-of-lists `MinHashLSH`, so it runs on columnar partitions (docs/scaling.md).
 """
 
 from __future__ import annotations

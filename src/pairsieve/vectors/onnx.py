@@ -38,7 +38,6 @@ from pairsieve.config import EmbedConfig
 log = logging.getLogger(__name__)
 
 EXPORT_VERSION = 1  # bump when the export recipe changes: it is part of the cache namespace
-ONNX_BACKENDS = ("onnx", "onnx-optimized", "onnx-int8")
 _FILES = {
     "onnx": "model.onnx",
     "onnx-optimized": "model_optimized.onnx",
@@ -86,8 +85,8 @@ def _export_fp32(model_path: str, out: Path) -> None:
     axes = {name: {0: "batch", 1: "sequence"} for name in _INPUTS}
     with torch.no_grad(), warnings.catch_warnings():
         # the tracer warns that a padding check in transformers' mask code becomes a constant;
-        # inputs are never padded beyond the mask, and tests/test_embed.py checks that other
-        # batch sizes and lengths agree with torch
+        # inputs are never padded beyond the mask, and tests/unit/vectors/test_embed.py checks
+        # that other batch sizes and lengths agree with torch
         warnings.simplefilter("ignore")
         torch.onnx.export(
             _Sentence(),

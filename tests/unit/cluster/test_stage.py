@@ -305,12 +305,16 @@ def test_compiled_merge_loop_equals_the_python_loop(seed: int) -> None:
         assert linkage.agglomerate(counts, scored, threshold).tolist() == want
 
 
-def test_in_two_processes_is_ordered_and_reports_failures() -> None:
-    """The fork helper returns both halves in order, and a failing half raises (no hang)."""
-    squares = forked.in_two_processes(lambda lo, hi: [i * i for i in range(lo, hi)], 50_001)
-    assert len(squares) == 2
-    assert [x for half in squares for x in half] == [i * i for i in range(50_001)]
-    assert forked.in_two_processes(lambda lo, hi: (lo, hi), 10) == [(0, 10)]
+def test_in_processes_is_ordered_and_reports_failures() -> None:
+    """The fork helper returns every part in order, and a failing part raises (no hang)."""
+    for workers in (2, 3):
+        squares = forked.in_processes(
+            lambda lo, hi: [i * i for i in range(lo, hi)], 50_001, workers
+        )
+        assert len(squares) == workers
+        assert [x for part in squares for x in part] == [i * i for i in range(50_001)]
+    assert forked.in_processes(lambda lo, hi: (lo, hi), 10) == [(0, 10)]
+    assert forked.bounds(10, 3) == [(0, 3), (3, 6), (6, 10)]
 
     def fail_in_child(lo: int, hi: int) -> int:
         if lo > 0:
@@ -318,7 +322,7 @@ def test_in_two_processes_is_ordered_and_reports_failures() -> None:
         return 0
 
     with pytest.raises(RuntimeError, match="forked worker failed"):
-        forked.in_two_processes(fail_in_child, 50_000)
+        forked.in_processes(fail_in_child, 50_000, 2)
 
     def fail_in_parent(lo: int, hi: int) -> bytes:
         if lo == 0:
@@ -326,7 +330,7 @@ def test_in_two_processes_is_ordered_and_reports_failures() -> None:
         return b"x" * (1 << 20)  # more than a pipe buffer: the child blocks until read
 
     with pytest.raises(ValueError, match="parent"):
-        forked.in_two_processes(fail_in_parent, 50_000)
+        forked.in_processes(fail_in_parent, 50_000, 3)
 
 
 def test_forked_workers_give_byte_identical_outputs(tmp_path, monkeypatch) -> None:

@@ -52,7 +52,8 @@ def _products(n_products: int) -> pl.DataFrame:
 
 
 def make_run(run_dir: Path, truth: bool = True) -> dict:
-    """A complete run folder written to the DESIGN.md contracts, small enough to check by hand."""
+    """A complete run folder written to the artifact contracts (docs/contracts.md), small
+    enough to check by hand."""
     products = _products(40)
     listings = products.select(S.LISTING_ID, S.TITLE).with_columns(
         pl.col(S.TITLE).str.to_lowercase().alias(S.TITLE_NORM),
