@@ -34,70 +34,41 @@ def published_dir(folder: str | Path) -> Path:
     return folder
 
 
+class _Artifact:
+    """A path of a build folder, read as an attribute of its `RunLayout`."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, layout: RunLayout, owner: type | None = None) -> Path:
+        return layout.root.joinpath(*self.parts)
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """The artifact paths of the build folder ``root`` (staging or published)."""
 
     root: Path
 
+    clicks = _Artifact("ingest", S.CLICKS_FILE)
+    listings = _Artifact("ingest", S.LISTINGS_FILE)
+    quarantine = _Artifact("ingest", S.QUARANTINE_FILE)
+    products = _Artifact("cluster", S.PRODUCTS_FILE)
+    pairs = _Artifact("cluster", S.PAIRS_FILE)
+    id_changes = _Artifact("cluster", S.ID_CHANGES_FILE)
+    negatives = _Artifact("mine", S.NEGATIVES_FILE)
+    negatives_dropped = _Artifact("mine", S.NEGATIVES_DROPPED_FILE)
+    shards = _Artifact("shards")
+    train_shards = _Artifact("shards", f"{S.TRAIN_PREFIX}-*.parquet")  # a glob
+    manifest = _Artifact("shards", S.MANIFEST_FILE)
+    report = _Artifact("report")
+    embed_partitions = _Artifact(EMBED_PARTITIONS_DIR)
+
     def __init__(self, root: str | Path) -> None:
         object.__setattr__(self, "root", Path(root))
 
     def stage_dir(self, stage: str) -> Path:
         return self.root / stage
-
-    @property
-    def clicks(self) -> Path:
-        return self.root / "ingest" / S.CLICKS_FILE
-
-    @property
-    def listings(self) -> Path:
-        return self.root / "ingest" / S.LISTINGS_FILE
-
-    @property
-    def quarantine(self) -> Path:
-        return self.root / "ingest" / S.QUARANTINE_FILE
-
-    @property
-    def products(self) -> Path:
-        return self.root / "cluster" / S.PRODUCTS_FILE
-
-    @property
-    def pairs(self) -> Path:
-        return self.root / "cluster" / S.PAIRS_FILE
-
-    @property
-    def id_changes(self) -> Path:
-        return self.root / "cluster" / S.ID_CHANGES_FILE
-
-    @property
-    def negatives(self) -> Path:
-        return self.root / "mine" / S.NEGATIVES_FILE
-
-    @property
-    def negatives_dropped(self) -> Path:
-        return self.root / "mine" / S.NEGATIVES_DROPPED_FILE
-
-    @property
-    def shards(self) -> Path:
-        return self.root / "shards"
-
-    @property
-    def train_shards(self) -> Path:
-        """A glob of the train shard files."""
-        return self.shards / f"{S.TRAIN_PREFIX}-*.parquet"
-
-    @property
-    def manifest(self) -> Path:
-        return self.shards / S.MANIFEST_FILE
-
-    @property
-    def report(self) -> Path:
-        return self.root / "report"
-
-    @property
-    def embed_partitions(self) -> Path:
-        return self.root / EMBED_PARTITIONS_DIR
 
     @property
     def published(self) -> Path:

@@ -4,7 +4,6 @@ rows are merged in from the previous files as the new ones are written (`with_re
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import polars as pl
@@ -18,8 +17,6 @@ from pairsieve.mine.filters import (
     short_queries,
 )
 from pairsieve.mine.reuse import PreviousMining
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ candidate tables; `positive_table` scores each clicked (query, listing) pair."""
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +23,6 @@ from pairsieve.vectors.embed import (
     Encoder,
     embed_texts,
 )
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
