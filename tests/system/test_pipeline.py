@@ -159,6 +159,23 @@ def test_demo_build_through_the_flow_sends_paths_not_data_and_keeps_its_bytes(
     assert not RunLayout(out).embed_partitions.exists()
     assert {name: io.sha256_file(out / name) for name in DEMO_SHA256} == DEMO_SHA256
 
+    # `pairsieve cluster` runs the same stage: the same products columns, lineage included.
+    from typer.testing import CliRunner
+
+    from pairsieve.cli import app
+
+    alone = tmp_path / "cluster-alone"
+    ran = CliRunner().invoke(
+        app,
+        ["cluster", "--catalog", str(SAMPLE / "catalog.parquet"), "--out", str(alone)]
+        + ["--set", f'cache_dir="{cache}"'],
+    )
+    assert ran.exit_code == 0, ran.output
+    schema = pl.read_parquet_schema(RunLayout(out).products)
+    assert pl.read_parquet_schema(alone / S.PRODUCTS_FILE) == schema
+    assert "first_seen" in schema
+    assert (alone / S.ID_CHANGES_FILE).exists()
+
 
 @pytest.mark.slow
 def test_day_two_keeps_ids_and_embeds_only_new_texts(tmp_path, product_ids):
