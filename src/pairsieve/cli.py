@@ -90,7 +90,9 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except PairsieveError as exc:
-            console.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, markup=True)
+            console.print(
+                f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(code=2) from None
 
     return wrapper
