@@ -547,3 +547,31 @@ def test_csv_row_with_extra_fields_is_named(tmp_path):
     assert result.exit_code == 2
     assert f"(file={catalog}, row=2)" in result.output  # one line, never wrapped
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("catalog_titles", "click_listing", "reason"),
+    [
+        (["", "  ", ""], "L1", "empty_title=3"),  # every listing quarantined
+        (["phone", "tv", "radio"], "nope", "unknown_listing=4"),  # every click quarantined
+    ],
+)
+def test_a_build_with_nothing_left_stops_with_one_line(
+    prefect_harness, tmp_path, catalog_titles, click_listing, reason
+):
+    """Ingest keeps no listing or no click: the build says so in one line and exits 2, keeping
+    the ingest folder (and its quarantine) for inspection; no later stage runs."""
+    catalog = tmp_path / "catalog.csv"
+    pl.DataFrame({LISTING_ID: ["L1", "L2", "L3"], TITLE: catalog_titles}).write_csv(catalog)
+    clicks = tmp_path / "clicks.csv"
+    pl.DataFrame({QUERY: ["a", "b", "c", "d"], LISTING_ID: [click_listing] * 4}).write_csv(clicks)
+    out = tmp_path / "build"
+    args = ["build", "--clicks", str(clicks), "--catalog", str(catalog), "--out", str(out)]
+    result = RUNNER.invoke(app, [*args, "--set", f'cache_dir="{tmp_path / "cache"}"'])
+    assert result.exit_code == 2, result.output
+    error = [line for line in result.output.splitlines() if "nothing_to_build" in line]
+    assert len(error) == 1 and reason in error[0] and QUARANTINE_FILE in error[0]
+    assert "Traceback" not in result.output
+    staging = tmp_path / ".build.staging"
+    assert (staging / "ingest" / QUARANTINE_FILE).exists() and not out.exists()
+    assert not (staging / "cluster").exists()

@@ -158,6 +158,7 @@ def build(
     # The watchdog stops the process (exit 2, `memory_budget`) once it is over the budget.
     with publish.building(out) as run_dir, watch(cfg.runner.memory_budget_mb, "ingest") as mem:
         results = [ingest_task(cfg, _as_list(clicks), _as_list(catalog), run_dir)]
+        steps.require_rows(results[-1], run_dir)
         mem.stage = "embed"
         partitions = plan_embedding_task(cfg, run_dir)
         embed_partitions.with_options(task_runner=task_runner_for(cfg.runner))(partitions, cfg)
@@ -166,8 +167,10 @@ def build(
         results.append(cluster_task(cfg, run_dir, previous))
         mem.stage = "mine"
         results.append(mine_task(cfg, run_dir, previous))
+        steps.require_rows(results[-1], run_dir)
         mem.stage = "shards"
         results.append(shards_task(cfg, run_dir))
+        steps.require_rows(results[-1], run_dir)
         mem.stage = "report"
         results.append(report_task(cfg, run_dir))
         mem.stage = "publish"

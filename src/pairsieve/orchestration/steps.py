@@ -17,6 +17,7 @@ from pairsieve.cluster.reuse import PreviousClustering
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult, load_result, run_stage, stage_fingerprint
 from pairsieve.core.layout import RunLayout
+from pairsieve.errors import PairsieveError
 from pairsieve.mine.reuse import PreviousMining
 from pairsieve.vectors.embed import Encoder, shared_encoder
 
@@ -74,6 +75,47 @@ def clear_embedding_partitions(run_dir: Path) -> None:
     import shutil
 
     shutil.rmtree(RunLayout(run_dir).embed_partitions, ignore_errors=True)
+
+
+# What a stage that keeps nothing leaves the next one, and where a user looks to see why.
+_WHERE_TO_LOOK = {
+    "ingest": S.QUARANTINE_FILE,
+    "mine": S.NEGATIVES_DROPPED_FILE,
+    "shards": S.STAGE_JSON,
+}
+
+
+def _reasons(dropped: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(dropped.items()) if v) or "none"
+
+
+def require_rows(result: StageResult, run_dir: Path) -> None:
+    """Stop the build when ``result`` left the next stage nothing to work on: no valid click or
+    listing after ingest, no kept negative after mining, no training row after sharding.
+
+    Raises:
+        PairsieveError: ``nothing_to_build``, saying what was dropped and why, and naming the
+            file that lists it (the staging folder keeps it for inspection).
+    """
+    where = str(Path(run_dir) / result.stage / _WHERE_TO_LOOK[result.stage])
+    if result.stage == "ingest":
+        for table, noun in (("catalog", "catalog rows"), ("clicks", "click rows")):
+            counts = result.details[table]
+            if counts["rows_out"] == 0:
+                raise PairsieveError(
+                    "nothing_to_build",
+                    f"nothing to build: all {counts['rows_in']} {noun} were quarantined, "
+                    f"{_reasons(counts['dropped_by_reason'])}; see the quarantine",
+                    file=where,
+                )
+    elif result.rows_out == 0:
+        what = {"mine": "negatives kept", "shards": "training rows"}[result.stage]
+        raise PairsieveError(
+            "nothing_to_build",
+            f"nothing to build: no {what} from {result.rows_in} {result.stage} rows in, "
+            f"{_reasons(result.dropped_by_reason)}",
+            file=where,
+        )
 
 
 def _previous_state(
