@@ -33,12 +33,28 @@ for _key, _value in (
 ):
     os.environ.setdefault(_key, _value)
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="Clean contrastive training data: product ids, safe hard negatives, masked shards.",
-)
+app = typer.Typer(add_completion=False, no_args_is_help=True)
 console = Console(stderr=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from pairsieve import __version__
+
+        print(f"pairsieve {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version, exit."
+        ),
+    ] = False,
+) -> None:
+    """Clean contrastive training data: product ids, safe hard negatives, masked shards."""
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
 SetOpt = Annotated[
@@ -106,6 +122,21 @@ def config_from_cli(config: Path | None, overrides: list[str] | None) -> Pairsie
 def print_json(obj: Any) -> None:
     """Print a JSON document on stdout (tables go to stderr via rich)."""
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@app.command("init")
+@handle_errors
+def init_command(
+    path: Annotated[Path, typer.Argument(help="Where to write it.")] = Path("pairsieve.toml"),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a pairsieve.toml with every knob at its default, each explained in a comment."""
+    from pairsieve.config import config_template_toml
+
+    if path.exists() and not force:
+        raise PairsieveError("file_exists", "not overwriting it (use --force)", file=str(path))
+    path.write_text(config_template_toml(), encoding="utf-8")
+    console.print(f"wrote {path}: edit it, then `pairsieve build --config {path} ...`")
 
 
 @app.command("config-docs")

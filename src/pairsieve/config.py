@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -481,3 +482,40 @@ def config_reference_markdown() -> str:
             lines += ["| key | default | meaning |", "|---|---|---|"]
             lines += _section_rows(f"{name}.", annotation)
     return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
+def _template_rows(model: type[BaseModel]) -> list[str]:
+    lines = []
+    for name, field in model.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, _Section):
+            continue
+        lines += [f"# {line}" for line in textwrap.wrap(field.description or "", 96)]
+        value = "(unset)" if field.default is None else _toml_value(field.default)
+        lines.append(f"# {name} = {value}" if field.default is None else f"{name} = {value}")
+        lines.append("")
+    return lines
+
+
+def config_template_toml() -> str:
+    """A pairsieve.toml with every knob at its default and its meaning as a comment: loading it
+    gives the default config."""
+    lines = [
+        "# pairsieve configuration: every knob at its default (`pairsieve init`).",
+        "# Use it with `pairsieve build --config pairsieve.toml`; `--set key=value` still wins.",
+        "",
+        *_template_rows(PairsieveConfig),
+    ]
+    for name, field in PairsieveConfig.model_fields.items():
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, _Section):
+            doc = " ".join((annotation.__doc__ or "").split())
+            lines += [f"[{name}]", *[f"# {line}" for line in textwrap.wrap(doc, 96)], ""]
+            lines += _template_rows(annotation)
+    return "\n".join(lines).rstrip() + "\n"

@@ -94,3 +94,22 @@ def test_cli_rejects_bad_override_with_exit_code_2(tmp_path):
     assert result.exit_code == 2
     assert "mine.num_negatives" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_init_writes_every_knob_at_its_default_and_never_overwrites(tmp_path):
+    path = tmp_path / "pairsieve.toml"
+    assert CliRunner().invoke(app, ["init", str(path)]).exit_code == 0
+    written = path.read_text()
+    assert load_config(path).model_dump() == PairsieveConfig().model_dump()
+    for knob in ("seed", "relative_margin", "batch_size", "memory_budget_mb", "[runner]"):
+        assert knob in written
+    again = CliRunner().invoke(app, ["init", str(path)])
+    assert again.exit_code == 2 and "file_exists" in again.output
+    assert path.read_text() == written
+
+
+def test_version_is_the_installed_packages():
+    from pairsieve import __version__
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"pairsieve {__version__}"
