@@ -378,3 +378,33 @@ def test_example_script_trains_and_reports_recall(shard_dir):
     assert 0.0 <= result["recall@10_before"] <= 1.0
     assert 0.0 <= result["recall@10_after"] <= 1.0
     assert result["eval_queries"] > 0
+
+
+def test_the_dataset_card_describes_the_shards_and_load_dataset_reads_them(shard_dir):
+    import warnings
+
+    import yaml
+
+    from pairsieve.shards.card import CARD_FILE, size_category
+
+    card = (shard_dir / CARD_FILE).read_text()
+    _, header, body = card.split("---\n", 2)
+    meta = yaml.safe_load(header)
+    manifest = json.loads((shard_dir / "manifest.json").read_text())
+    assert meta["task_categories"] == ["sentence-similarity"]
+    assert meta["size_categories"] == [size_category(sum(manifest["rows"].values()))]
+    assert [s["split"] for s in meta["configs"][0]["data_files"]] == ["train", "eval"]
+    for column in manifest["columns"]:
+        assert f"`{column}`" in body
+    assert f"every block of {manifest['batch_size']} consecutive rows" in body
+    assert f"| training rows | {manifest['rows']['train']} |" in body
+    assert [size_category(n) for n in (999, 1_000, 250_000, 10**9)] == [
+        "n<1K",
+        "1K<n<10K",
+        "100K<n<1M",
+        "1B<n<10B",
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rows = train_dataset(shard_dir)
+    assert rows.num_rows == manifest["rows"]["train"]

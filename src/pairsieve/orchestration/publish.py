@@ -26,6 +26,7 @@ from pairsieve.core import io
 from pairsieve.core.layout import RunLayout, staging_dir
 from pairsieve.errors import PairsieveError
 from pairsieve.schemas import MANIFEST_FILE, STAGE_JSON
+from pairsieve.shards.card import CARD_FILE
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -161,6 +162,6 @@ def verify(build_dir: str | Path) -> list[str]:
         elif io.sha256_file(path) != sha256:
             problems.append(f"sha256 mismatch {name}")
     present = {p.name for p in shards.iterdir() if p.is_file()}
-    for extra in sorted(present - set(listed) - {MANIFEST_FILE, STAGE_JSON}):
+    for extra in sorted(present - set(listed) - {MANIFEST_FILE, STAGE_JSON, CARD_FILE}):
         problems.append(f"extra file {extra}")
     return problems

@@ -32,6 +32,7 @@ from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import label_int, seeded_key
 from pairsieve.errors import PairsieveError
 from pairsieve.shards.batching import cap_per_product, plan_product_disjoint
+from pairsieve.shards.card import CARD_FILE, dataset_card
 
 log = logging.getLogger(__name__)
 
@@ -417,10 +418,14 @@ def run(  # noqa: PLR0913 - the stage contract: one argument per input file
     train, train_dropped, plan_details = order_train(train, cfg, k)
     dropped.update(train_dropped)
     files, leakage = _write_splits(cfg, train, evalset, out_dir, k)
-    io.write_json(_manifest(cfg, k, files, leakage, fingerprints), out_dir / S.MANIFEST_FILE)
+    manifest = _manifest(cfg, k, files, leakage, fingerprints)
+    io.write_json(manifest, out_dir / S.MANIFEST_FILE)
+    card = dataset_card(manifest, {"pairs": details["pairs"], "dropped": dropped})
+    io.write_text(card, out_dir / CARD_FILE)
     rows_out = train.height + (evalset.height if cfg.shards.eval_fraction > 0 else 0)
     outputs = {e["name"]: e["name"] for entries in files.values() for e in entries}
     outputs[S.MANIFEST_FILE] = S.MANIFEST_FILE
+    outputs[CARD_FILE] = CARD_FILE
     return StageResult(
         stage="shards",
         rows_in=details["pairs"],
