@@ -19,7 +19,8 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from pairsieve.config import PairsieveConfig, config_reference_markdown, load_config, parse_override
+from pairsieve.config import PairsieveConfig, load_config, parse_override
+from pairsieve.config_docs import config_reference_markdown
 from pairsieve.errors import PairsieveError
 
 # Prefect's ephemeral API starts a local server on first use; on a busy 2-core machine it needs
@@ -131,7 +132,7 @@ def init_command(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
 ) -> None:
     """Write a pairsieve.toml with every knob at its default, each explained in a comment."""
-    from pairsieve.config import config_template_toml
+    from pairsieve.config_docs import config_template_toml
 
     if path.exists() and not force:
         raise PairsieveError("file_exists", "not overwriting it (use --force)", file=str(path))

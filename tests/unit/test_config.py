@@ -5,7 +5,8 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from pairsieve.cli import app
-from pairsieve.config import PairsieveConfig, config_reference_markdown, load_config, parse_override
+from pairsieve.config import PairsieveConfig, load_config, parse_override
+from pairsieve.config_docs import config_reference_markdown
 from pairsieve.errors import PairsieveError
 from tests.paths import REPO
 
