@@ -31,6 +31,8 @@ for _key, _value in (
     ("PREFECT_LOGGING_LEVEL", "WARNING"),
     ("HF_HUB_OFFLINE", "1"),
     ("TOKENIZERS_PARALLELISM", "false"),
+    ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),  # the model loads from disk: no download to watch
+    ("TRANSFORMERS_VERBOSITY", "error"),
 ):
     os.environ.setdefault(_key, _value)
 
@@ -54,8 +56,13 @@ def main(
             "--version", callback=_print_version, is_eager=True, help="Print the version, exit."
         ),
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Show every library's log lines, not only ours."),
+    ] = False,
 ) -> None:
     """Clean contrastive training data: product ids, safe hard negatives, masked shards."""
+    _VERBOSITY["verbose"] = verbose
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
 SetOpt = Annotated[
@@ -79,15 +86,34 @@ class _HidePairsieveErrors(logging.Filter):
         return not isinstance(exc, PairsieveError) and "PairsieveError" not in record.getMessage()
 
 
-def _setup_logging(verbose: bool = False) -> None:
+_VERBOSITY = {"verbose": False}  # set by the --verbose option before any command runs
+
+
+class _OwnLines(logging.Filter):
+    """What the console shows: pairsieve's lines from INFO up, every other library's only from
+    WARNING up. A handler filter, because libraries (Prefect's run loggers) set their own
+    loggers' levels after ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name.startswith("pairsieve") or record.levelno >= logging.WARNING
+
+
+def _setup_logging() -> None:
+    """pairsieve's own lines at INFO; every other library's only from WARNING up (all of them,
+    from DEBUG, with --verbose): their routine lines bury ours and read as trouble."""
+    verbose = _VERBOSITY["verbose"]
+    handler = RichHandler(console=console, show_path=False, show_time=False)
+    if not verbose:
+        handler.addFilter(_OwnLines())
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.WARNING,
         format="%(message)s",
-        handlers=[RichHandler(console=console, show_path=False, show_time=False)],
+        handlers=[handler],
         force=True,
     )
+    logging.getLogger("pairsieve").setLevel(logging.DEBUG if verbose else logging.INFO)
     for noisy in ("httpx", "sentence_transformers", "prefect", "distributed", "urllib3"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
     for run_logger in (
         "prefect.task_runs",
         "prefect.flow_runs",
@@ -147,26 +173,37 @@ def config_docs() -> None:
     sys.stdout.write(config_reference_markdown())
 
 
-def _print_build_summary(summary: dict[str, Any], out: Path) -> None:
+def build_summary(summary: dict[str, Any], out: Path) -> tuple[Any, list[str]]:
+    """The end-of-build table (one short row per stage, so it fits 80 columns) and the lines
+    under it: each stage's drop reasons, then where the shards and the report are."""
     from rich.table import Table
 
     table = Table(title=f"pairsieve build -> {out}")
-    for column in ("stage", "rows in", "kept", "dropped", "by reason", "seconds", ""):
-        table.add_column(column)
+    for column in ("stage", "rows in", "kept", "dropped", "seconds"):
+        table.add_column(column, justify="left" if column == "stage" else "right")
+    lines = []
     for stage, result in summary.items():
-        reasons = ", ".join(f"{k}={v}" for k, v in sorted(result["dropped_by_reason"].items()))
+        reasons = {k: v for k, v in sorted(result["dropped_by_reason"].items()) if v}
+        total = result["timings"].get("total_s", 0)
+        seconds = "up to date" if result["skipped"] else f"{total:.1f}"
         table.add_row(
             stage,
-            str(result["rows_in"]),
-            str(result["rows_out"]),
-            str(sum(result["dropped_by_reason"].values())),
-            reasons,
-            str(result["timings"].get("total_s", "")),
-            "skipped (up to date)" if result["skipped"] else "",
+            f"{result['rows_in']:,}",
+            f"{result['rows_out']:,}",
+            f"{sum(reasons.values()):,}",
+            seconds,
         )
+        if reasons:
+            lines.append(f"{stage} dropped: " + ", ".join(f"{k}={v:,}" for k, v in reasons.items()))
+    lines += [f"shards:  {out / 'shards'}", f"report:  {out / 'report' / 'report.html'}"]
+    return table, lines
+
+
+def _print_build_summary(summary: dict[str, Any], out: Path) -> None:
+    table, lines = build_summary(summary, out)
     console.print(table)
-    console.print(f"shards:  {out / 'shards'}")
-    console.print(f"report:  {out / 'report' / 'report.html'}")
+    for line in lines:
+        console.print(line, highlight=False)
 
 
 def run_build(

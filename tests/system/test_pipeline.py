@@ -481,3 +481,34 @@ def test_thread_and_dask_runners_give_byte_identical_shards(prefect_harness, tmp
         )
         hashes[runner] = _shard_hashes(tmp_path / runner)
     assert hashes["threads"] == hashes["dask"]
+
+
+def test_a_cold_build_prints_no_other_packages_log_lines(
+    prefect_harness, tmp_path, product_ids, monkeypatch
+):
+    """The first build on a machine (the int8 export included) shows pairsieve's own lines only:
+    every record the console prints comes from a `pairsieve` logger."""
+    import logging
+
+    from typer.testing import CliRunner
+
+    from pairsieve import cli
+
+    printed: list[logging.LogRecord] = []
+
+    class Recording(cli.RichHandler):
+        """The console's handler, recording what passes its filters."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            printed.append(record)
+            super().emit(record)
+
+    monkeypatch.setattr(cli, "RichHandler", Recording)
+    data = _slice(tmp_path / "data", product_ids[:20])
+    args = ["build", "--clicks", str(data / "clicks.parquet")]
+    args += ["--catalog", str(data / "catalog.parquet"), "--out", str(tmp_path / "build")]
+    result = CliRunner().invoke(cli.app, [*args, "--set", f'cache_dir="{tmp_path / "cold"}"'])
+    assert result.exit_code == 0, result.output
+    assert any(record.getMessage().startswith("preparing the onnx-int8") for record in printed)
+    foreign = [(r.name, r.getMessage()[:80]) for r in printed if not r.name.startswith("pairsieve")]
+    assert foreign == []

@@ -21,6 +21,7 @@ Variants (``EmbedConfig.backend``), measured in benchmarks/RESULTS.md:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -28,6 +29,7 @@ import os
 import threading
 import uuid
 import warnings
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -112,7 +114,7 @@ def _optimize(model_path: str, src: Path, out: Path) -> None:
         hidden_size=config["hidden_size"],
         opt_level=1,
     )
-    log.info(
+    log.debug(
         "onnx fusion: %s", {k: v for k, v in fused.get_fused_operator_statistics().items() if v}
     )
     fused.save_model_to_file(str(out))
@@ -161,7 +163,29 @@ def ensure_onnx_model(model_path: str, export_root: Path, backend: str) -> Path:
         return _export_chain(model_path, folder, backend)
 
 
+@contextlib.contextmanager
+def _quiet_export() -> Iterator[None]:
+    """Hold back the exporters' own output: ONNX Runtime's quantiser logs a line per tensor (and
+    advice about pre-processing) on the root logger, the tracer and optimiser warn about
+    constants. None of it is actionable here, and it buries the build's own lines."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
+
+
 def _export_chain(model_path: str, folder: Path, backend: str) -> Path:
+    log.info("preparing the %s encoder (first run only) ...", backend)
+    with _quiet_export():
+        return _export_steps(model_path, folder, backend)
+
+
+def _export_steps(model_path: str, folder: Path, backend: str) -> Path:
     plain = _publish(lambda tmp: _export_fp32(model_path, tmp), folder / _FILES["onnx"])
     if backend == "onnx":
         return plain
