@@ -9,7 +9,9 @@ import functools
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -124,14 +126,31 @@ def _setup_logging() -> None:
         logging.getLogger(run_logger).addFilter(_HidePairsieveErrors())
 
 
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_sigterm() -> None:
+    """Take SIGTERM (how schedulers and container runtimes stop a job) as Ctrl-C: the stack
+    unwinds, so the build lock is released, the staging folder stays for the next run, and what
+    the run started (Prefect's ephemeral API server, Dask processes) is shut down on the way
+    out instead of being left running."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Run a command; a PairsieveError becomes one clear line and exit code 2."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         _setup_logging()
+        _stop_on_sigterm()
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            console.print("stopped: a build resumes from its staging folder when run again")
+            raise typer.Exit(code=130) from None
         except PairsieveError as exc:
             console.print(
                 f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -233,3 +234,38 @@ def test_restarted_stage_removes_what_a_killed_run_left(tmp_path):
     with io.staged_dir(final) as tmp:
         (tmp / STAGE_JSON).write_text("{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".mine.tmp-0123456789ab", "cluster"]
+
+
+def test_sigterm_stops_everything_the_build_started_and_a_rerun_resumes(build_env, tmp_path):
+    """SIGTERM (how a scheduler stops a job) is taken as Ctrl-C: within 10 s no process the build
+    started is alive (its own ephemeral Prefect server included), the lock is free, and the
+    staging folder lets a rerun skip the stages already done."""
+    import signal
+
+    import psutil
+
+    inputs = make_fixture(tmp_path / "in", 150)
+    out, cache = tmp_path / "out", tmp_path / "cache"
+    own_api = {k: v for k, v in build_env.items() if k != "PREFECT_API_URL"}
+    own_api["PREFECT_HOME"] = str(tmp_path / "prefect-home")  # its own ephemeral server
+    proc = start_build(inputs, out, cache, own_api)
+    ingested = staging_dir(out) / "ingest" / STAGE_JSON
+    deadline = time.monotonic() + 300
+    while not ingested.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ingested.exists(), proc.communicate()[1]
+    started = psutil.Process(proc.pid).children(recursive=True)
+    assert started, "the build runs its ephemeral API server as a child process"
+    proc.send_signal(signal.SIGTERM)
+    code, err = finish(proc, timeout=60)
+    assert code == 130, err
+    assert "Traceback" not in err
+    time.sleep(10)
+    alive = [p for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+    first = ingested.read_text()
+    code, err = finish(start_build(inputs, out, cache, build_env))
+    assert code == 0, err
+    assert re.search(r"ingest: [^\n]*\(skipped: up to date\)", " ".join(err.split()))
+    assert verify(out) == []
+    assert json.loads((out / "ingest" / STAGE_JSON).read_text()) == json.loads(first)
