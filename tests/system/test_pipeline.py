@@ -492,18 +492,18 @@ def test_a_cold_build_prints_no_other_packages_log_lines(
 
     from typer.testing import CliRunner
 
-    from pairsieve import cli
+    from pairsieve import cli, terminal
 
     printed: list[logging.LogRecord] = []
 
-    class Recording(cli.RichHandler):
+    class Recording(terminal.RichHandler):
         """The console's handler, recording what passes its filters."""
 
         def emit(self, record: logging.LogRecord) -> None:
             printed.append(record)
             super().emit(record)
 
-    monkeypatch.setattr(cli, "RichHandler", Recording)
+    monkeypatch.setattr(terminal, "RichHandler", Recording)
     data = _slice(tmp_path / "data", product_ids[:20])
     args = ["build", "--clicks", str(data / "clicks.parquet")]
     args += ["--catalog", str(data / "catalog.parquet"), "--out", str(tmp_path / "build")]

@@ -32,6 +32,7 @@ LAYERS = {
     "pairsieve.training": 4,
     "pairsieve.orchestration": 4,
     "pairsieve.cli": 5,
+    "pairsieve.terminal": 5,
 }
 
 

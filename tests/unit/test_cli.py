@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from pairsieve.cli import build_summary
+from pairsieve.terminal import build_summary
 
 
 def _stage(rows_in: int, rows_out: int, reasons: dict[str, int], skipped: bool = False) -> dict:

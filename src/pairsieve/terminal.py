@@ -1,0 +1,102 @@
+"""What a person at a terminal sees of a run, and how they stop it: which log lines reach the
+console, the end-of-build summary, and SIGTERM taken as Ctrl-C."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.logging import RichHandler
+
+from pairsieve.errors import PairsieveError
+
+console = Console(stderr=True)
+
+
+class _HidePairsieveErrors(logging.Filter):
+    """Prefect logs a failed run with its traceback; a PairsieveError is already one clear line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, PairsieveError) and "PairsieveError" not in record.getMessage()
+
+
+VERBOSITY = {"verbose": False}  # set by the --verbose option before any command runs
+
+
+class _OwnLines(logging.Filter):
+    """What the console shows: pairsieve's lines from INFO up, every other library's only from
+    WARNING up. A handler filter, because libraries (Prefect's run loggers) set their own
+    loggers' levels after ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name.startswith("pairsieve") or record.levelno >= logging.WARNING
+
+
+def setup_logging() -> None:
+    """pairsieve's own lines at INFO; every other library's only from WARNING up (all of them,
+    from DEBUG, with --verbose): their routine lines bury ours and read as trouble."""
+    verbose = VERBOSITY["verbose"]
+    handler = RichHandler(console=console, show_path=False, show_time=False)
+    if not verbose:
+        handler.addFilter(_OwnLines())
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[handler],
+        force=True,
+    )
+    logging.getLogger("pairsieve").setLevel(logging.DEBUG if verbose else logging.INFO)
+    for noisy in ("httpx", "sentence_transformers", "prefect", "distributed", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)
+    for run_logger in (
+        "prefect.task_runs",
+        "prefect.flow_runs",
+        "prefect.task_engine",
+        "prefect.flow_engine",
+        "prefect.engine",
+    ):
+        logging.getLogger(run_logger).addFilter(_HidePairsieveErrors())
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm() -> None:
+    """Take SIGTERM (how schedulers and container runtimes stop a job) as Ctrl-C: the stack
+    unwinds, so the build lock is released, the staging folder stays for the next run, and what
+    the run started (Prefect's ephemeral API server, Dask processes) is shut down on the way
+    out instead of being left running."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+
+
+def build_summary(summary: dict[str, Any], out: Path) -> tuple[Any, list[str]]:
+    """The end-of-build table (one short row per stage, so it fits 80 columns) and the lines
+    under it: each stage's drop reasons, then where the shards and the report are."""
+    from rich.table import Table
+
+    table = Table(title=f"pairsieve build -> {out}")
+    for column in ("stage", "rows in", "kept", "dropped", "seconds"):
+        table.add_column(column, justify="left" if column == "stage" else "right")
+    lines = []
+    for stage, result in summary.items():
+        reasons = {k: v for k, v in sorted(result["dropped_by_reason"].items()) if v}
+        total = result["timings"].get("total_s", 0)
+        seconds = "up to date" if result["skipped"] else f"{total:.1f}"
+        table.add_row(
+            stage,
+            f"{result['rows_in']:,}",
+            f"{result['rows_out']:,}",
+            f"{sum(reasons.values()):,}",
+            seconds,
+        )
+        if reasons:
+            lines.append(f"{stage} dropped: " + ", ".join(f"{k}={v:,}" for k, v in reasons.items()))
+    lines += [f"shards:  {out / 'shards'}", f"report:  {out / 'report' / 'report.html'}"]
+    return table, lines
