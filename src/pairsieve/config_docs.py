@@ -6,19 +6,37 @@ from __future__ import annotations
 
 import json
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from pairsieve.config import PairsieveConfig, Section
 
 
+def _knobs(model: type[BaseModel]) -> Iterator[tuple[str, FieldInfo]]:
+    """The knobs of ``model`` itself (its sections left out)."""
+    for name, field in model.model_fields.items():
+        if not _section_of(field):
+            yield name, field
+
+
+def _sections() -> Iterator[tuple[str, type[Section]]]:
+    """Every section of the config with its model, in declaration order."""
+    for name, field in PairsieveConfig.model_fields.items():
+        if section := _section_of(field):
+            yield name, section
+
+
+def _section_of(field: FieldInfo) -> type[Section] | None:
+    annotation = field.annotation
+    return annotation if isinstance(annotation, type) and issubclass(annotation, Section) else None
+
+
 def _section_rows(prefix: str, model: type[BaseModel]) -> list[str]:
     rows = []
-    for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, Section):
-            continue
+    for name, field in _knobs(model):
         default = json.dumps(field.default) if field.default is not None else "none"
         rows.append(f"| `{prefix}{name}` | `{default}` | {field.description or ''} |")
     return rows
@@ -38,12 +56,10 @@ def config_reference_markdown() -> str:
         "|---|---|---|",
         *_section_rows("", PairsieveConfig),
     ]
-    for name, field in PairsieveConfig.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, Section):
-            lines += ["", f"## [{name}]", "", (annotation.__doc__ or "").strip(), ""]
-            lines += ["| key | default | meaning |", "|---|---|---|"]
-            lines += _section_rows(f"{name}.", annotation)
+    for name, section in _sections():
+        lines += ["", f"## [{name}]", "", (section.__doc__ or "").strip(), ""]
+        lines += ["| key | default | meaning |", "|---|---|---|"]
+        lines += _section_rows(f"{name}.", section)
     return "\n".join(lines) + "\n"
 
 
@@ -55,10 +71,7 @@ def _toml_value(value: Any) -> str:
 
 def _template_rows(model: type[BaseModel]) -> list[str]:
     lines = []
-    for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, Section):
-            continue
+    for name, field in _knobs(model):
         lines += [f"# {line}" for line in textwrap.wrap(field.description or "", 96)]
         value = "(unset)" if field.default is None else _toml_value(field.default)
         lines.append(f"# {name} = {value}" if field.default is None else f"{name} = {value}")
@@ -75,10 +88,8 @@ def config_template_toml() -> str:
         "",
         *_template_rows(PairsieveConfig),
     ]
-    for name, field in PairsieveConfig.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, Section):
-            doc = " ".join((annotation.__doc__ or "").split())
-            lines += [f"[{name}]", *[f"# {line}" for line in textwrap.wrap(doc, 96)], ""]
-            lines += _template_rows(annotation)
+    for name, section in _sections():
+        doc = " ".join((section.__doc__ or "").split())
+        lines += [f"[{name}]", *[f"# {line}" for line in textwrap.wrap(doc, 96)], ""]
+        lines += _template_rows(section)
     return "\n".join(lines).rstrip() + "\n"
