@@ -35,7 +35,7 @@ test: install chromium
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(BIN)/python -m pytest -q
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks flows examples
+	$(BIN)/ruff check src tests benchmarks flows examples scripts
 
 sample: install
 	$(BIN)/pairsieve synth --out data/sample --products 400 --seed 7

@@ -25,6 +25,8 @@ th{background:#f3f3f3}td.t,th.t{text-align:left}
 .note{color:#555;font-size:.9rem}.rec{background:#f6f8fb;border-left:4px solid #3b6ea8;
 padding:.5rem .8rem;margin:.5rem 0}svg{display:block;margin:.6rem 0}
 svg text{font-size:11px;fill:#333}
+#headline{background:#f6f8fb;border-left:4px solid #3b6ea8;padding:.2rem 1rem .6rem}
+#headline h2{border:none;margin-top:.8rem}.lead{font-size:1.15rem;line-height:1.5}
 """
 
 _SCRIPT = """
@@ -33,6 +35,11 @@ document.addEventListener('DOMContentLoaded', function () {
   var drawn = 0;
   charts.forEach(function (svg) { if (svg.querySelector('[data-value]')) { drawn += 1; } });
   document.body.setAttribute('data-charts-rendered', String(drawn));
+  var headline = document.getElementById('headline');
+  if (headline) {
+    var bottom = Math.ceil(headline.getBoundingClientRect().bottom);
+    document.body.setAttribute('data-headline-bottom', String(bottom));
+  }
 });
 """
 
@@ -183,8 +190,8 @@ def render_page(title: str, blocks: list[tuple[str, str, str]], subtitle: str = 
 
 def render_section(section_id: str, sec: dict[str, Any]) -> tuple[str, str, str]:
     """One report section (figures, tables, charts, notes) as a (id, heading, html) block."""
-    parts = []
-    if sec["figures"]:
+    parts = [f'<p class="lead">{html.escape(" ".join(sec["lead"]))}</p>'] if sec.get("lead") else []
+    if sec["figures"] and not sec.get("lead"):  # a lead says its figures in words
         rows = [{"figure": k, "value": v} for k, v in sec["figures"].items()]
         parts.append(table(rows))
     for caption, rows in sec["tables"].items():

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 REPORT_SCHEMA_VERSION = 1
 SECTION_ORDER = (
+    "headline",
     "audit",
     "accounting",
     "changes",
@@ -377,6 +378,7 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
         if report[key] is None and key not in FIRST_BUILD_ABSENT:
             report["missing"].append(f"{key}: inputs absent in {RunLayout(run_dir).published}")
     report["recommendations"] = recommendations_section(cfg, report)
+    report["headline"] = R.headline_section(report)
     return report
 
 

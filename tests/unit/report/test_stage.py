@@ -248,12 +248,13 @@ def test_report_artifacts(built):
     assert [r["batch_size"] for r in table] == list(PairsieveConfig().report.batch_sizes)
 
 
-def render_dom(html_file: Path, profile: Path) -> tuple[str, str]:
-    """(dumped DOM, browser log) of a page opened in headless Chromium."""
+def render_dom(html_file: Path, profile: Path, width: int = 1280) -> tuple[str, str]:
+    """(dumped DOM, browser log) of a page opened in headless Chromium, ``width`` px wide."""
     proc = subprocess.run(
         [
             str(CHROMIUM),
             *CHROMIUM_FLAGS,
+            f"--window-size={width},{FIRST_SCREEN}",
             f"--user-data-dir={profile}",
             "--dump-dom",
             html_file.as_uri(),
@@ -286,6 +287,26 @@ def assert_page_renders(report_dir: Path, profile: Path) -> None:
 def test_report_renders_in_headless_chromium(built, tmp_path):
     run_dir, _, _ = built
     assert_page_renders(run_dir / "report", tmp_path / "profile")
+
+
+FIRST_SCREEN = 800  # px of page a 1280-px-wide browser shows before any scrolling
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="Chromium absent: `apt-get install chromium` (make test does it)"
+)
+def test_the_headline_is_on_the_first_screen_and_says_the_sections_figures(built, tmp_path):
+    run_dir, _, _ = built
+    rep = json.loads((run_dir / "report" / S.REPORT_JSON).read_text())
+    lead = " ".join(rep["headline"]["lead"])
+    per_anchor = rep["batches"]["figures"]["false_negatives_per_anchor_at_training_batch"]
+    assert f"would have met {per_anchor:.2f} same-product negatives per anchor" in lead
+    share = rep["hard_negatives"]["figures"]["same_product_share_of_eligible"]
+    assert f"{share:.1%} were the positive's own product" in lead
+    dom, _ = render_dom(run_dir / "report" / S.REPORT_HTML, tmp_path / "profile", width=1280)
+    assert dom.index('id="headline"') < dom.index('id="accounting"')
+    bottom = int(re.search(r'data-headline-bottom="(\d+)"', dom).group(1))
+    assert 0 < bottom <= FIRST_SCREEN
 
 
 def test_padded_scores():
