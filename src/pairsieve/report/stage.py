@@ -26,6 +26,7 @@ from pairsieve.core.contract import StageResult, load_result
 from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
 from pairsieve.report import sections as R
+from pairsieve.report.headline import headline_section
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +379,7 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
         if report[key] is None and key not in FIRST_BUILD_ABSENT:
             report["missing"].append(f"{key}: inputs absent in {RunLayout(run_dir).published}")
     report["recommendations"] = recommendations_section(cfg, report)
-    report["headline"] = R.headline_section(report)
+    report["headline"] = headline_section(report)
     return report
 
 
