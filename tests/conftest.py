@@ -18,7 +18,6 @@ os.environ["PREFECT_SERVER_API_MAX_PARAMETER_SIZE"] = "4096"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The read-only public benchmarks beside the repo; tests needing them skip without them."""

@@ -63,6 +63,7 @@ def main(
     """Clean contrastive training data: product ids, safe hard negatives, masked shards."""
     terminal.VERBOSITY["verbose"] = verbose
 
+
 ConfigOpt = Annotated[Path | None, typer.Option("--config", help="TOML config file.")]
 SetOpt = Annotated[
     list[str] | None,
@@ -90,9 +91,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             console.print("stopped: a build resumes from its staging folder when run again")
             raise typer.Exit(code=130) from None
         except PairsieveError as exc:
-            console.print(
-                f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True
-            )
+            console.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(code=2) from None
 
     return wrapper

@@ -327,7 +327,6 @@ class RunnerConfig(Section):
     )
 
 
-
 # Config sections whose values change a stage's output (upstream stages' sections count through
 # their recorded fingerprints).
 STAGE_SECTIONS: dict[str, tuple[str, ...]] = {

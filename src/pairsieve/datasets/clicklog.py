@@ -52,6 +52,7 @@ COLOUR_WORDS = sorted(
 _UNITS = r"(gb|tb|mb|go|mah|w|mp|inch|zoll|cm|l|kg|ghz)"
 _EPOCH = 1_704_067_200  # 2024-01-01 UTC: logs span the 90 days after it
 
+
 # --- counter-based randomness: splitmix64 (Steele et al. 2014), vectorised over uint64 keys ----
 def subkeys(keys: np.ndarray, index: np.ndarray | int) -> np.ndarray:
     """Independent child keys ``(key, index)``, e.g. the j-th session of a product."""

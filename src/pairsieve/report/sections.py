@@ -489,5 +489,3 @@ def hard_negatives_section(
         tables={"dropped, by reason": reasons, "scores": summaries},
         charts=charts,
     )
-
-

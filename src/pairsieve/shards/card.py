@@ -89,7 +89,7 @@ def dataset_card(manifest: dict[str, Any], figures: dict[str, Any]) -> str:
     k = manifest["num_negatives"]
     negatives = ", ".join(f"`{S.negative_column(i + 1)}`" for i in range(k)) or "none"
     splits = "\n".join(
-        f"  - split: {split}\n    path: \"{prefix}-*.parquet\""
+        f'  - split: {split}\n    path: "{prefix}-*.parquet"'
         for split, prefix in (("train", S.TRAIN_PREFIX), ("eval", S.EVAL_PREFIX))
         if split in rows
     )

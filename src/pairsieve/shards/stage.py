@@ -46,7 +46,6 @@ _NEG_TEXTS = "_negative_texts"
 _N_NEG = "_n_negatives"
 
 
-
 def is_eval_product(seed: int, product_id: str, fraction: float) -> bool:
     """Whether a product is held out: its seeded hash falls in the lowest `fraction` of 2**64."""
     return fraction > 0 and seeded_key(seed, "eval", product_id) < fraction * 2.0**64
