@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.logging import RichHandler
 
+from pairsieve.core.contract import reasons_text
 from pairsieve.errors import PairsieveError
 
 console = Console(stderr=True)
@@ -86,17 +87,17 @@ def build_summary(summary: dict[str, Any], out: Path) -> tuple[Any, list[str]]:
         table.add_column(column, justify="left" if column == "stage" else "right")
     lines = []
     for stage, result in summary.items():
-        reasons = {k: v for k, v in sorted(result["dropped_by_reason"].items()) if v}
+        dropped = result["dropped_by_reason"]
         total = result["timings"].get("total_s", 0)
         seconds = "up to date" if result["skipped"] else f"{total:.1f}"
         table.add_row(
             stage,
             f"{result['rows_in']:,}",
             f"{result['rows_out']:,}",
-            f"{sum(reasons.values()):,}",
+            f"{sum(dropped.values()):,}",
             seconds,
         )
-        if reasons:
-            lines.append(f"{stage} dropped: " + ", ".join(f"{k}={v:,}" for k, v in reasons.items()))
+        if reasons := reasons_text(dropped):
+            lines.append(f"{stage} dropped: {reasons}")
     lines += [f"shards:  {out / 'shards'}", f"report:  {out / 'report' / 'report.html'}"]
     return table, lines

@@ -74,6 +74,13 @@ class StageResult:
         return cls(**data)
 
 
+def reasons_text(dropped_by_reason: dict[str, int]) -> str:
+    """The reasons that dropped rows, as ``reason=count`` by name with thousands separators;
+    reasons that dropped nothing are left out (a stage.json lists every reason it knows)."""
+    counts = sorted((k, v) for k, v in dropped_by_reason.items() if v)
+    return ", ".join(f"{reason}={count:,}" for reason, count in counts)
+
+
 def load_result(stage_dir: str | Path) -> StageResult | None:
     """The recorded result of a completed stage folder, or None."""
     path = Path(stage_dir) / STAGE_JSON

@@ -70,12 +70,10 @@ def in_processes(fn: Callable[[int, int], _T], n: int, workers: int | None = Non
             _child(fn, lo, hi, write)
         os.close(write)
         children.append((pid, read))
-    results: list[_T] = []
     failed = []
     try:
         # Reading every pipe (also after an error here) unblocks children still writing.
         head = fn(head_lo, head_hi)
-        results.append(head)
     finally:
         payloads = []
         for pid, read in children:
@@ -86,4 +84,4 @@ def in_processes(fn: Callable[[int, int], _T], n: int, workers: int | None = Non
                 failed.append(status)
     if failed:
         raise RuntimeError(f"forked worker failed (wait status {failed[0]})")
-    return results + [pickle.loads(p) for p in payloads]
+    return [head, *(pickle.loads(p) for p in payloads)]

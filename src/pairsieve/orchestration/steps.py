@@ -15,7 +15,13 @@ from typing import Any
 from pairsieve import schemas as S
 from pairsieve.cluster.reuse import PreviousClustering
 from pairsieve.config import PairsieveConfig
-from pairsieve.core.contract import StageResult, load_result, run_stage, stage_fingerprint
+from pairsieve.core.contract import (
+    StageResult,
+    load_result,
+    reasons_text,
+    run_stage,
+    stage_fingerprint,
+)
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.mine.reuse import PreviousMining
@@ -77,18 +83,6 @@ def clear_embedding_partitions(run_dir: Path) -> None:
     shutil.rmtree(RunLayout(run_dir).embed_partitions, ignore_errors=True)
 
 
-# What a stage that keeps nothing leaves the next one, and where a user looks to see why.
-_WHERE_TO_LOOK = {
-    "ingest": S.QUARANTINE_FILE,
-    "mine": S.NEGATIVES_DROPPED_FILE,
-    "shards": S.STAGE_JSON,
-}
-
-
-def _reasons(dropped: dict[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(dropped.items()) if v) or "none"
-
-
 def require_rows(result: StageResult, run_dir: Path) -> None:
     """Stop the build when ``result`` left the next stage nothing to work on: no valid click or
     listing after ingest, no kept negative after mining, no training row after sharding.
@@ -97,7 +91,12 @@ def require_rows(result: StageResult, run_dir: Path) -> None:
         PairsieveError: ``nothing_to_build``, saying what was dropped and why, and naming the
             file that lists it (the staging folder keeps it for inspection).
     """
-    where = str(Path(run_dir) / result.stage / _WHERE_TO_LOOK[result.stage])
+    layout = RunLayout(run_dir)
+    where = {  # the file that says why a stage kept nothing
+        "ingest": layout.quarantine,
+        "mine": layout.negatives_dropped,
+        "shards": layout.stage_dir("shards") / S.STAGE_JSON,
+    }[result.stage]
     if result.stage == "ingest":
         for table, noun in (("catalog", "catalog rows"), ("clicks", "click rows")):
             counts = result.details[table]
@@ -105,16 +104,16 @@ def require_rows(result: StageResult, run_dir: Path) -> None:
                 raise PairsieveError(
                     "nothing_to_build",
                     f"nothing to build: all {counts['rows_in']} {noun} were quarantined, "
-                    f"{_reasons(counts['dropped_by_reason'])}; see the quarantine",
-                    file=where,
+                    f"{reasons_text(counts['dropped_by_reason']) or 'none'}; see the quarantine",
+                    file=str(where),
                 )
     elif result.rows_out == 0:
         what = {"mine": "negatives kept", "shards": "training rows"}[result.stage]
         raise PairsieveError(
             "nothing_to_build",
             f"nothing to build: no {what} from {result.rows_in} {result.stage} rows in, "
-            f"{_reasons(result.dropped_by_reason)}",
-            file=where,
+            f"{reasons_text(result.dropped_by_reason) or 'none'}",
+            file=str(where),
         )
 
 
@@ -176,8 +175,9 @@ def mine_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None)
     layout = RunLayout(run_dir)
     inputs = (layout.clicks, layout.listings, layout.products)
     fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["mine"]))
-    if previous is not None and RunLayout(previous).negatives.exists():
-        fingerprint += ":" + sha256_file(RunLayout(previous).negatives)
+    before = RunLayout(previous).negatives if previous is not None else None
+    if before is not None and before.exists():
+        fingerprint += ":" + sha256_file(before)
 
     def body(tmp: Path) -> StageResult:
         state, why_not = _previous_state(PreviousMining.load, cfg, "mine", previous)
