@@ -178,7 +178,7 @@ def main() -> None:
     ):
         started = time.perf_counter()
         out = args.work / f"audit-{name.split()[0]}"
-        result = audit.run(cfg, dataset, catalog, out, encoder)
+        result = audit.run(cfg, audit.Inputs(dataset, catalog), out, encoder=encoder)
         rep = report.load_report(out)
         results[name] = {
             "rows": result.rows_out,

@@ -144,7 +144,7 @@ def stage_only(cfg: PairsieveConfig, catalog: pl.DataFrame, out: Path) -> None:
     sums, saved = _timed_steps()
     started, cpu_started = time.perf_counter(), _cpu_seconds()
     try:
-        result = cluster.run(cfg, catalog, out)
+        result = cluster.run(cfg, cluster.Inputs(catalog), out)
     finally:
         for module, name, fn in saved:
             setattr(module, name, fn)

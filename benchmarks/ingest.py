@@ -171,10 +171,11 @@ def child(clicks: str, catalog: str, out: str) -> None:
     pl.read_parquet(clicks).height + pl.read_parquet(catalog).height
     baseline = time.perf_counter() - started
     started = time.perf_counter()
-    ingest.input_fingerprint(clicks, catalog)
+    inputs = ingest.Inputs(clicks, catalog)
+    inputs.fingerprint()
     fingerprint = time.perf_counter() - started
     started, cpu = time.perf_counter(), time.process_time()
-    result = ingest.run(PairsieveConfig(), clicks, catalog, Path(out))
+    result = ingest.run(PairsieveConfig(), inputs, Path(out))
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     summary = {
         "baseline_s": baseline,

@@ -60,7 +60,7 @@ def child(clicks: str, catalog: str, out: str) -> None:
     cfg = PairsieveConfig()
     base_mb = psutil.Process().memory_info().rss / 2**20
     started, cpu = time.perf_counter(), time.process_time()
-    result = ingest.run(cfg, clicks, catalog, Path(out))
+    result = ingest.run(cfg, ingest.Inputs(clicks, catalog), Path(out))
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     peak_mb = _peak_rss_mb()
     details = result.details

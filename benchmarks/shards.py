@@ -91,7 +91,7 @@ def main() -> None:
     tables = stage_tables(*rows[:3])
     cfg = build_config({}, {"shards.batch_size": args.batch_size, "mine.num_negatives": 5})
     with tempfile.TemporaryDirectory() as out:
-        result, stage_s = timed(shards.run, cfg, *tables.values(), out)
+        result, stage_s = timed(shards.run, cfg, shards.Inputs(**tables), out)
     print(f"shards.run: {stage_s:6.1f} s, {result.summary()}")
     print(f"timings: {result.timings}, plan_s: {result.details['plan_s']}")
 

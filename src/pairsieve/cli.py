@@ -353,7 +353,7 @@ def cluster_command(
     from pairsieve.cluster import stage as cluster
 
     cfg = config_from_cli(config, overrides)
-    result = cluster.run(cfg, catalog, out)
+    result = cluster.run(cfg, cluster.Inputs(catalog), out)
     console.print(result.summary())
     print_json(result.to_json())
 

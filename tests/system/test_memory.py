@@ -142,7 +142,7 @@ def test_build_over_budget_exits_2_and_published_build_stays_intact(tmp_path, bu
 def _ingest(tmp_path: Path, name: str, clicks: list[str], catalog: str) -> dict[str, str]:
     out = tmp_path / name
     out.mkdir()
-    result = ingest.run(PairsieveConfig(), clicks, catalog, out)
+    result = ingest.run(PairsieveConfig(), ingest.Inputs(clicks, catalog), out)
     assert result.balanced()
     return {p.name: io.sha256_file(p) for p in sorted(out.glob("*.parquet"))} | {
         "accounting": str(result.to_json()["details"])

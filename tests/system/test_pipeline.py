@@ -266,16 +266,16 @@ def _check_nothing_to_mine(cfg, build: Path) -> None:
     from pairsieve.mine import stage as mine
     from pairsieve.mine.reuse import PreviousMining, titles_and_products
 
-    files = [build / "ingest" / S.CLICKS_FILE, build / "ingest" / S.LISTINGS_FILE]
-    files.append(build / "cluster" / S.PRODUCTS_FILE)
+    layout = RunLayout(build)
+    inputs = mine.Inputs.of(layout)
     state = PreviousMining(
-        pl.read_parquet(build / "mine" / S.NEGATIVES_FILE),
-        pl.read_parquet(build / "mine" / S.NEGATIVES_DROPPED_FILE),
-        pl.read_parquet(files[0], columns=[S.QUERY, S.LISTING_ID]).unique(),
-        titles_and_products(pl.read_parquet(files[1]), pl.read_parquet(files[2])),
+        pl.read_parquet(layout.negatives),
+        pl.read_parquet(layout.negatives_dropped),
+        pl.read_parquet(inputs.clicks, columns=[S.QUERY, S.LISTING_ID]).unique(),
+        titles_and_products(pl.read_parquet(inputs.listings), pl.read_parquet(inputs.products)),
     )
     never = cfg.with_(**{"mine.refresh_builds": 10_000})
-    result = mine.run(never, *files, build / "again", previous=(state, 1))
+    result = mine.run(never, inputs, build / "again", previous=(state, 1))
     assert result.details["incremental"]["queries_mined"] == 0
     for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
         assert pl.read_parquet(build / "again" / name).equals(
@@ -312,13 +312,14 @@ def _check_refilter(cfg, build: Path) -> None:
     clicks = pl.concat([state.pairs, new])
     files = [build / "ingest" / S.LISTINGS_FILE, build / "cluster" / S.PRODUCTS_FILE]
     never = cfg.with_(**{"mine.refresh_builds": 10_000})
-    result = mine.run(never, clicks, *files, build / "refilter", previous=(state, 1))
+    inputs = mine.Inputs(clicks, *files)
+    result = mine.run(never, inputs, build / "refilter", previous=(state, 1))
     incremental = result.details["incremental"]
     exhausted = state.exhausted(moved[S.QUERY], cfg.mine.num_negatives)
     assert incremental["queries_mined"] >= moved.height - exhausted.len()
     assert incremental["queries_refiltered"] >= 1
     assert incremental["queries_refiltered"] + incremental["queries_mined"] == new.height
-    mine.run(never, clicks, *files, build / "refilter-full")
+    mine.run(never, inputs, build / "refilter-full")
     _check_same_mining(build / "refilter", build / "refilter-full")
 
 
@@ -353,7 +354,7 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
     for negatives, exhausted in ((cfg.mine.num_negatives, 0), (200, pairs[S.QUERY].n_unique())):
         day = cfg.with_(**{"mine.num_negatives": negatives, "mine.refresh_builds": 10_000})
         folder = build / f"regrouped-{negatives}"
-        mine.run(day, pairs, listings_file, products, folder / "before")
+        mine.run(day, mine.Inputs(pairs, listings_file, products), folder / "before")
         state = PreviousMining(
             pl.read_parquet(folder / "before" / S.NEGATIVES_FILE),
             pl.scan_parquet(folder / "before" / S.NEGATIVES_DROPPED_FILE),
@@ -381,7 +382,8 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
         )
         assert lower.height == 1
         clicks = pl.concat([pairs, lower])
-        result = mine.run(day, clicks, listings_file, merged, folder / "after", previous=(state, 1))
+        inputs = mine.Inputs(clicks, listings_file, merged)
+        result = mine.run(day, inputs, folder / "after", previous=(state, 1))
         plan = state.plan(clicks, pl.read_parquet(listings_file), merged, (1, 10_000))
         assert set(chosen[S.QUERY]) | set(lower[S.QUERY]) <= set(plan.refiltered)
         assert plan.reused.len() > 0
@@ -394,10 +396,10 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
             assert incremental["queries_mined"] == 0
         else:
             assert incremental["queries_mined"] >= 1  # the lowered ceiling
-        mine.run(day, clicks, listings_file, merged, folder / "full")
+        mine.run(day, inputs, folder / "full")
         _check_same_mining(folder / "after", folder / "full", plan.refiltered)
         # The reused rows stream from the previous file into the new one: the same bytes again.
-        mine.run(day, clicks, listings_file, merged, folder / "again", previous=(state, 1))
+        mine.run(day, inputs, folder / "again", previous=(state, 1))
         for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
             again, after = (io.sha256_file(folder / run / name) for run in ("again", "after"))
             assert again == after
@@ -420,13 +422,7 @@ def _check_reuse(cfg, results, before: Path, after: Path) -> None:
     assert mine_stage.rows_in == mine_stage.rows_out + sum(mine_stage.dropped_by_reason.values())
     kept = pl.read_parquet(after / "mine" / "negatives.parquet")
     dropped = pl.read_parquet(after / "mine" / "negatives_dropped.parquet")
-    full = mine.run(
-        cfg,
-        after / "ingest" / "clicks.parquet",
-        after / "ingest" / "listings.parquet",
-        after / "cluster" / "products.parquet",
-        after / "full-mine",
-    )
+    full = mine.run(cfg, mine.Inputs.of(RunLayout(after)), after / "full-mine")
     assert full.rows_out > 0
     order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
     assert kept.equals(kept.sort(order)) and dropped.equals(dropped.sort(order))

@@ -209,9 +209,7 @@ def shard_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("shards")
     tables = fixture_tables()
     cfg = make_config(**{"shards.eval_fraction": 0.2})
-    shards.run(
-        cfg, tables["clicks"], tables["listings"], tables["products"], tables["negatives"], out
-    )
+    shards.run(cfg, shards.Inputs(**tables), out)
     return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,16 @@ from pairsieve.report.stage import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What an audit reads: a training dataset built elsewhere and, optionally, the catalog its
+    texts come from (clustered with them)."""
+
+    dataset: Path
+    catalog: Path | None = None
+
 
 NEGATIVES = "negatives"  # list[str] column of the normalised dataset
 _SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".json")
@@ -162,7 +173,7 @@ def cluster_texts(
     """(title, product_id) for every distinct text, via the cluster stage (files in work_dir)."""
     from pairsieve.cluster import stage as cluster
 
-    cluster.run(cfg, listings, work_dir, encoder)
+    cluster.run(cfg, cluster.Inputs(listings), work_dir, encoder=encoder)
     products = pl.read_parquet(work_dir / S.PRODUCTS_FILE)
     return (
         listings.select(S.LISTING_ID, S.TITLE)
@@ -376,15 +387,9 @@ def build_report(  # noqa: PLR0913 - the audit's inputs, already read
     return report
 
 
-def run(
-    cfg: PairsieveConfig,
-    dataset: Path,
-    catalog: Path | None,
-    out_dir: Path,
-    encoder: Any = None,
-) -> StageResult:
-    """Audit ``dataset`` (and cluster with ``catalog``): writes report.html and report.json (top
-    key ``false_negative_rate``) into ``out_dir`` and the clustering into ``out_dir/cluster``.
+def run(cfg: PairsieveConfig, inputs: Inputs, out_dir: Path, *, encoder: Any = None) -> StageResult:
+    """Audit the dataset (and cluster it with the catalog): writes report.html and report.json
+    (top key ``false_negative_rate``) into ``out_dir`` and the clustering into ``out_dir/cluster``.
 
     Raises:
         PairsieveError: ``missing_file``, ``bad_format``, ``missing_column``, ``empty_input``.
@@ -393,7 +398,8 @@ def run(
 
     started = time.perf_counter()
     out_dir = Path(out_dir)
-    data, dropped = read_dataset(Path(dataset))
+    dataset, catalog = Path(inputs.dataset), inputs.catalog
+    data, dropped = read_dataset(dataset)
     if data.is_empty():
         raise PairsieveError(
             "empty_input", "no row with anchor, positive and a negative", file=str(dataset)
@@ -403,7 +409,7 @@ def run(
     listings = listings_for(data, catalog_df)
     product_of = cluster_texts(cfg, listings, out_dir / "cluster", encoder)
     labelled = row_scores(cfg, label_rows(data, product_of), encoder)
-    report = build_report(cfg, Path(dataset), catalog_df, labelled, listings, out_dir)
+    report = build_report(cfg, dataset, catalog_df, labelled, listings, out_dir)
     report["accounting"] = R.section(
         "Accounting",
         tables={

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,8 +42,9 @@ from pairsieve.cluster.reuse import PreviousClustering
 from pairsieve.cluster.verify import INFORMATIVE, resolved_link_threshold, verify
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
-from pairsieve.core.contract import StageResult
+from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.hashing import hex_digest
+from pairsieve.core.layout import RunLayout
 from pairsieve.core.parallel import in_processes
 from pairsieve.errors import PairsieveError
 from pairsieve.ingest.catalog import read_catalog
@@ -53,6 +55,19 @@ if TYPE_CHECKING:
     from pairsieve.vectors.embed import Encoder
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What clustering reads: the listings (ingest's, or a catalog file in any format ingest
+    reads)."""
+
+    listings: Source
+
+    @classmethod
+    def of(cls, layout: RunLayout) -> Inputs:
+        return cls(layout.listings)
+
 
 _NODE = "_node"
 _KEY = "_key"
@@ -330,8 +345,9 @@ def pairs_frame(result: Clustering, consume: bool = False) -> pl.DataFrame:
 
 def run(
     cfg: PairsieveConfig,
-    listings: pl.DataFrame | Path,
+    inputs: Inputs,
     out_dir: Path,
+    *,
     encoder: Encoder | None = None,
     previous: PreviousClustering | None = None,
     previous_build: Path | None = None,
@@ -340,10 +356,9 @@ def run(
     ``id_changes.parquet`` into ``out_dir``, reusing ``previous``'s pairs between unchanged
     titles when given, and carrying product ids over from the build folder ``previous_build``
     (`lineage.record`; without one every product is first seen now)."""
+    listings = inputs.listings
     frame = (
-        read_catalog(str(listings), cfg.ingest)
-        if not isinstance(listings, pl.DataFrame)
-        else listings
+        listings if isinstance(listings, pl.DataFrame) else read_catalog(str(listings), cfg.ingest)
     )
     result = cluster_listings(cfg, frame, encoder, previous=previous)
     products = products_frame(result)

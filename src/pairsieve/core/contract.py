@@ -1,6 +1,10 @@
 """Stage results, row accounting and resumable execution.
 
 A stage is a plain function that writes its files into a folder and returns a `StageResult`.
+Every stage has the same signature, ``run(cfg, inputs, out_dir, *, options)``: ``inputs`` is the
+stage's own ``Inputs`` (its tables, each a `Source`; ``Inputs.of(layout)`` names them in a build
+folder), and the keyword-only options are what a build adds (the shared encoder, the previous
+build's state).
 `run_stage` gives every stage the same guarantees: its folder appears complete or not at all
 (`io.staged_dir`), its `stage.json` records accounting, timings, config hash, input
 fingerprints and the code version, and a re-run with unchanged inputs, config and code is
@@ -19,10 +23,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from pairsieve.core import io
 from pairsieve.schemas import SCHEMA_VERSION, STAGE_JSON
 
 log = logging.getLogger(__name__)
+
+Source = pl.DataFrame | Path | str  # a stage's input table: in memory, or its parquet file
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,33 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class Inputs:
+    """What ingest reads: the click log and the catalog, each one file, a glob or a list of
+    files (any format `pairsieve.core.io` reads)."""
+
+    clicks: str | list[str]
+    catalog: str | list[str]
+
+    def fingerprint(self) -> str:
+        """Content hash of every resolved input file, independent of listing order.
+
+        Each file contributes its name and bytes (like `io.fingerprint`), grouped by role so that
+        swapping clicks and catalog changes the hash.
+
+        Raises:
+            PairsieveError: ``missing_file`` when an input matches nothing.
+        """
+        parts = []
+        for role, spec in ((rules.CLICKS_TABLE, self.clicks), (rules.CATALOG_TABLE, self.catalog)):
+            digests = sorted(
+                f"{path.rsplit('/', 1)[-1]}:{io.content_digest(path)}"
+                for path in io.resolve_inputs(spec)
+            )
+            parts.append(f"{role}={','.join(digests)}")
+        return io.sha256_text("|".join(parts))
+
+
+@dataclass(frozen=True)
 class TableAccounting:
     """Row accounting of one input: ``rows_in == rows_out + sum(dropped_by_reason)``."""
 
@@ -82,25 +109,6 @@ def _log_table(table: str, acc: TableAccounting, encoding: str) -> None:
         )
 
 
-def input_fingerprint(clicks: str | list[str], catalog: str | list[str]) -> str:
-    """Content hash of every resolved input file, independent of listing order.
-
-    Each file contributes its name and bytes (like `io.fingerprint`), grouped by role so that
-    swapping clicks and catalog changes the hash.
-
-    Raises:
-        PairsieveError: ``missing_file`` when an input matches nothing.
-    """
-    parts = []
-    for role, spec in ((rules.CLICKS_TABLE, clicks), (rules.CATALOG_TABLE, catalog)):
-        digests = sorted(
-            f"{path.rsplit('/', 1)[-1]}:{io.content_digest(path)}"
-            for path in io.resolve_inputs(spec)
-        )
-        parts.append(f"{role}={','.join(digests)}")
-    return io.sha256_text("|".join(parts))
-
-
 def _accounting(
     listings: pl.DataFrame,
     catalog_bad: pl.DataFrame,
@@ -127,9 +135,7 @@ def _accounting(
     return catalog_acc, clicks_acc
 
 
-def run(
-    cfg: PairsieveConfig, clicks: str | list[str], catalog: str | list[str], out_dir: Path
-) -> StageResult:
+def run(cfg: PairsieveConfig, inputs: Inputs, out_dir: Path) -> StageResult:
     """Validate both inputs and write clicks.parquet, listings.parquet and quarantine.parquet.
 
     Nothing is written unless both inputs pass the file-level checks.
@@ -138,13 +144,13 @@ def run(
         PairsieveError: ``missing_file``, ``unreadable_file``, ``missing_column``, ``empty_input``
             naming the file (and column); ``memory_budget`` before reading anything.
     """
-    check_ingest_budget(cfg, clicks, catalog)
+    check_ingest_budget(cfg, inputs.clicks, inputs.catalog)
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    listings, catalog_bad, catalog_files = validate_catalog(cfg.ingest, catalog)
+    listings, catalog_bad, catalog_files = validate_catalog(cfg.ingest, inputs.catalog)
     timings["catalog_s"] = round(time.perf_counter() - started, 3)
     started = time.perf_counter()
-    rows = validate_clicks(cfg.ingest, clicks, listings[LISTING_ID])
+    rows = validate_clicks(cfg.ingest, inputs.clicks, listings[LISTING_ID])
     pairs = aggregate_clicks(rows)
     timings["clicks_s"] = round(time.perf_counter() - started, 3)
 

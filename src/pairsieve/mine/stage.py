@@ -41,12 +41,11 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.core import io
-from pairsieve.core.contract import StageResult
+from pairsieve.core.contract import Source, StageResult
+from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.mine.deepen import COUNT, mine_pairs
-from pairsieve.mine.filters import (
-    REASONS,
-)
+from pairsieve.mine.filters import REASONS
 from pairsieve.mine.refilter import refilter, with_reused
 from pairsieve.mine.retrieval import build_retrieval, embed_inputs, positive_table
 from pairsieve.mine.reuse import PreviousMining, ReusePlan
@@ -61,7 +60,20 @@ from pairsieve.vectors.embed import (
 log = logging.getLogger(__name__)
 
 
-def _read(frame: pl.DataFrame | Path | str, name: str, required: tuple[str, ...]) -> pl.DataFrame:
+@dataclass(frozen=True)
+class Inputs:
+    """What mining reads: ingest's clicks and listings and the cluster stage's product ids."""
+
+    clicks: Source
+    listings: Source
+    products: Source
+
+    @classmethod
+    def of(cls, layout: RunLayout) -> Inputs:
+        return cls(layout.clicks, layout.listings, layout.products)
+
+
+def _read(frame: Source, name: str, required: tuple[str, ...]) -> pl.DataFrame:
     """A frame or a parquet file, checked for the columns mining needs."""
     source = name
     if not isinstance(frame, pl.DataFrame):
@@ -226,12 +238,11 @@ _ROWS_IN_MEANS = (
 )
 
 
-def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
+def run(
     cfg: PairsieveConfig,
-    clicks: pl.DataFrame | Path,
-    listings: pl.DataFrame | Path,
-    products: pl.DataFrame | Path,
+    inputs: Inputs,
     out_dir: Path,
+    *,
     encoder: Encoder | None = None,
     previous: tuple[PreviousMining, int] | None = None,
 ) -> StageResult:
@@ -244,11 +255,12 @@ def run(  # noqa: PLR0913 - the stage interface shared by the pipeline
     Raises:
         PairsieveError: ``missing_file``, ``missing_column`` or ``unknown_listing``.
     """
-    clicks_df = _read(clicks, "clicks", (S.QUERY, S.LISTING_ID))
-    listings_df = _read(listings, "listings", (S.LISTING_ID, S.TITLE))
-    products_df = _read(products, "products", (S.LISTING_ID, S.PRODUCT_ID))
+    clicks_df = _read(inputs.clicks, "clicks", (S.QUERY, S.LISTING_ID))
+    listings_df = _read(inputs.listings, "listings", (S.LISTING_ID, S.TITLE))
+    products_df = _read(inputs.products, "products", (S.LISTING_ID, S.PRODUCT_ID))
     pairs = clicks_df.select(S.QUERY, S.LISTING_ID).unique()
-    _check_known(pairs, listings_df, str(clicks) if isinstance(clicks, Path) else "clicks")
+    clicks_name = "clicks" if isinstance(inputs.clicks, pl.DataFrame) else str(inputs.clicks)
+    _check_known(pairs, listings_df, clicks_name)
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     rows = _mine_rows(cfg, pairs, listings_df, products_df, encoder, previous)
     out_dir = Path(out_dir)

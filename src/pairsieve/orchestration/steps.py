@@ -47,13 +47,13 @@ def ingest_step(
     """Validate and normalise the inputs into `run_dir/ingest/`."""
     from pairsieve.ingest import stage as ingest
 
-    fingerprint = ingest.input_fingerprint(clicks, catalog)
+    inputs = ingest.Inputs(clicks, catalog)
     return run_stage(
         "ingest",
         run_dir,
         cfg.section_hash("ingest"),
-        fingerprint,
-        lambda tmp: ingest.run(cfg, clicks, catalog, tmp),
+        inputs.fingerprint(),
+        lambda tmp: ingest.run(cfg, inputs, tmp),
     )
 
 
@@ -146,7 +146,14 @@ def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = No
 
     def body(tmp: Path) -> StageResult:
         reuse, why_not = _previous_state(PreviousClustering.load, cfg, "cluster", previous)
-        result = cluster.run(cfg, layout.listings, tmp, _encoder(cfg), reuse, previous)
+        result = cluster.run(
+            cfg,
+            cluster.Inputs.of(layout),
+            tmp,
+            encoder=_encoder(cfg),
+            previous=reuse,
+            previous_build=previous,
+        )
         if previous is not None:
             incremental = {"reused": reuse is not None, "why_not": why_not}
             result = replace(result, details={**result.details, "incremental": incremental})
@@ -173,7 +180,6 @@ def mine_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None)
     from pairsieve.mine import stage as mine
 
     layout = RunLayout(run_dir)
-    inputs = (layout.clicks, layout.listings, layout.products)
     fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["mine"]))
     before = RunLayout(previous).negatives if previous is not None else None
     if before is not None and before.exists():
@@ -184,7 +190,7 @@ def mine_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None)
         reuse = None
         if state is not None:
             reuse = (state, load_result(layout.stage_dir("cluster")).details["build_number"])
-        result = mine.run(cfg, *inputs, tmp, _encoder(cfg), reuse)
+        result = mine.run(cfg, mine.Inputs.of(layout), tmp, encoder=_encoder(cfg), previous=reuse)
         if why_not is not None:
             result = replace(
                 result, details={**result.details, "incremental": {"why_not": why_not}}
@@ -198,11 +204,10 @@ def shards_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
     """Write product-disjoint, labelled training shards into `run_dir/shards/`."""
     from pairsieve.shards import stage as shards
 
-    layout = RunLayout(run_dir)
-    inputs = (layout.clicks, layout.listings, layout.products, layout.negatives)
+    inputs = shards.Inputs.of(RunLayout(run_dir))
     fingerprints = {"inputs": stage_fingerprint(run_dir, list(UPSTREAM["shards"]))}
     return _run_downstream(
-        cfg, run_dir, "shards", lambda tmp: shards.run(cfg, *inputs, tmp, fingerprints)
+        cfg, run_dir, "shards", lambda tmp: shards.run(cfg, inputs, tmp, fingerprints=fingerprints)
     )
 
 
@@ -210,7 +215,8 @@ def report_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
     """Write the duplicate-impact report into `run_dir/report/`."""
     from pairsieve.report import stage as report
 
-    return _run_downstream(cfg, run_dir, "report", lambda tmp: report.run(cfg, Path(run_dir), tmp))
+    layout = RunLayout(run_dir)
+    return _run_downstream(cfg, run_dir, "report", lambda tmp: report.run(cfg, layout, tmp))
 
 
 def audit_step(cfg: PairsieveConfig, dataset: Path, catalog: Path | None, out: Path) -> StageResult:
@@ -218,15 +224,14 @@ def audit_step(cfg: PairsieveConfig, dataset: Path, catalog: Path | None, out: P
     from pairsieve.audit import stage as audit
     from pairsieve.core import io
 
-    inputs = [dataset] + ([catalog] if catalog else [])
-    digests = sorted(f"{p}:{io.content_digest(p)}" for p in io.resolve_inputs(inputs))
+    files = [dataset] + ([catalog] if catalog else [])
+    digests = sorted(f"{p}:{io.content_digest(p)}" for p in io.resolve_inputs(files))
+    inputs = audit.Inputs(Path(dataset), Path(catalog) if catalog else None)
     out = Path(out)
     return run_stage(
         out.name,
         out.parent,
         cfg.section_hash("audit"),
         io.sha256_text("|".join(digests)),
-        lambda tmp: audit.run(
-            cfg, Path(dataset), Path(catalog) if catalog else None, tmp, _encoder(cfg)
-        ),
+        lambda tmp: audit.run(cfg, inputs, tmp, encoder=_encoder(cfg)),
     )

@@ -407,13 +407,14 @@ def write_report(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
     return {"json": S.REPORT_JSON, "html": S.REPORT_HTML}
 
 
-def run(cfg: PairsieveConfig, run_dir: Path, out_dir: Path) -> StageResult:
-    """Write report.html and report.json for the run folder ``run_dir`` into ``out_dir``.
+def run(cfg: PairsieveConfig, inputs: RunLayout, out_dir: Path) -> StageResult:
+    """Write report.html and report.json for a build folder into ``out_dir``: the report reads
+    every stage's outputs, so its inputs are the folder's layout.
 
     Rows: the training rows the collision tables were computed on (nothing is dropped).
     """
     started = time.perf_counter()
-    report = build_report(cfg, Path(run_dir))
+    report = build_report(cfg, inputs.root)
     outputs = write_report(report, Path(out_dir))
     rows = report["batches"]["figures"]["training_rows"] if report.get("batches") else 0
     return StageResult(

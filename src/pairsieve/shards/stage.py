@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +29,30 @@ from pairsieve import __version__
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
-from pairsieve.core.contract import StageResult
+from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.hashing import label_int, seeded_key
+from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.shards.batching import cap_per_product, plan_product_disjoint
 from pairsieve.shards.card import CARD_FILE, dataset_card
 
 log = logging.getLogger(__name__)
 
-Source = pl.DataFrame | Path | str
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the shards are built from: ingest's clicks and listings, the cluster stage's product
+    ids and the mine stage's negatives."""
+
+    clicks: Source
+    listings: Source
+    products: Source
+    negatives: Source
+
+    @classmethod
+    def of(cls, layout: RunLayout) -> Inputs:
+        return cls(layout.clicks, layout.listings, layout.products, layout.negatives)
+
 
 _KEY = "_query_key"  # the query text negatives.parquet is keyed on (raw or normalised query)
 _ORDER = "_order_key"  # seeded per-row hash: the order-independent priority of a row
@@ -163,18 +179,18 @@ def _unknown_negatives(neg: pl.LazyFrame, lst: pl.LazyFrame, prd: pl.LazyFrame) 
 
 
 def assemble_rows(
-    cfg: PairsieveConfig, clicks: Source, listings: Source, products: Source, negatives: Source
+    cfg: PairsieveConfig, inputs: Inputs
 ) -> tuple[pl.DataFrame, dict[str, int], dict[str, Any]]:
     """One frame of candidate rows in a canonical order, plus drops per reason and details.
 
     Raises:
         PairsieveError: ``missing_column`` naming the input and column.
     """
-    clk = _lazy(clicks, "clicks", (S.QUERY, S.LISTING_ID))
-    lst = _lazy(listings, "listings", (S.LISTING_ID, S.TITLE))
-    prd = _products_with_ints(_lazy(products, "products", (S.LISTING_ID, S.PRODUCT_ID)))
+    clk = _lazy(inputs.clicks, "clicks", (S.QUERY, S.LISTING_ID))
+    lst = _lazy(inputs.listings, "listings", (S.LISTING_ID, S.TITLE))
+    prd = _products_with_ints(_lazy(inputs.products, "products", (S.LISTING_ID, S.PRODUCT_ID)))
     neg = _lazy(
-        negatives,
+        inputs.negatives,
         "negatives",
         (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.RANK, S.SCORE, S.POSITIVE_SCORE),
     )
@@ -390,16 +406,15 @@ def _write_splits(
     return files, leakage
 
 
-def run(  # noqa: PLR0913 - the stage contract: one argument per input file
+def run(
     cfg: PairsieveConfig,
-    clicks: Source,
-    listings: Source,
-    products: Source,
-    negatives: Source,
+    inputs: Inputs,
     out_dir: Path,
+    *,
     fingerprints: dict[str, str] | None = None,
 ) -> StageResult:
-    """Build the shards into `out_dir`: train (+ eval) data and meta files and `manifest.json`.
+    """Build the shards into `out_dir`: train (+ eval) data and meta files and `manifest.json`;
+    ``fingerprints`` (of the inputs) are recorded in the manifest.
 
     Rows in are distinct (query, clicked listing) pairs; each is written or dropped with a reason
     (`unknown_listing`, `no_product`, `too_few_negatives`, `product_cap`, `unplaceable`).
@@ -410,7 +425,7 @@ def run(  # noqa: PLR0913 - the stage contract: one argument per input file
     started = time.perf_counter()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows, dropped, details = assemble_rows(cfg, clicks, listings, products, negatives)
+    rows, dropped, details = assemble_rows(cfg, inputs)
     k = details["num_negatives"]
     assembled_s = time.perf_counter() - started
     train, evalset = split_eval(rows, cfg)

@@ -59,7 +59,8 @@ def write_flag(path: Path) -> Path:
 @pytest.fixture(scope="module")
 def st_audit(tmp_path_factory, encoder):
     tmp = tmp_path_factory.mktemp("audit")
-    result = audit.run(_cfg(tmp), write_st(tmp / "ds.parquet"), None, tmp / "out", encoder)
+    inputs = audit.Inputs(write_st(tmp / "ds.parquet"))
+    result = audit.run(_cfg(tmp), inputs, tmp / "out", encoder=encoder)
     return tmp, result, json.loads((tmp / "out" / S.REPORT_JSON).read_text())
 
 
@@ -95,7 +96,8 @@ def test_audit_report_sections(st_audit):
 
 def test_flagembedding_layout_gives_the_same_rate(tmp_path, encoder):
     out = tmp_path / "out"
-    result = audit.run(_cfg(tmp_path), write_flag(tmp_path / "ds.jsonl"), None, out, encoder)
+    inputs = audit.Inputs(write_flag(tmp_path / "ds.jsonl"))
+    result = audit.run(_cfg(tmp_path), inputs, out, encoder=encoder)
     assert result.details["false_negative_rate"] == pytest.approx(3 / 8)
 
 
@@ -109,13 +111,8 @@ def test_catalog_with_truth_adds_quality(tmp_path, encoder):
     )
     catalog.write_parquet(tmp_path / "catalog.parquet")
     cfg = _cfg(tmp_path).with_(**{"ingest.truth_column": S.TRUE_PRODUCT_ID})
-    audit.run(
-        cfg,
-        write_st(tmp_path / "ds.parquet"),
-        tmp_path / "catalog.parquet",
-        tmp_path / "out",
-        encoder,
-    )
+    inputs = audit.Inputs(write_st(tmp_path / "ds.parquet"), tmp_path / "catalog.parquet")
+    audit.run(cfg, inputs, tmp_path / "out", encoder=encoder)
     rep = json.loads((tmp_path / "out" / S.REPORT_JSON).read_text())
     assert rep["quality"]["figures"]["bcubed_precision"] > 0
     assert rep["missing"] == []

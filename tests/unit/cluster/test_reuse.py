@@ -121,9 +121,10 @@ def test_day_two_of_an_unchanged_catalog_reproduces_day_one_and_a_new_copy_joins
     sample = SAMPLE_DIR / "catalog.parquet"
     catalog = pl.read_parquet(sample).sort(S.LISTING_ID).head(400)
     cfg = load_config(None, {"cache_dir": str(session_cache_dir)})
-    cluster.run(cfg, catalog, tmp_path / "day1", encoder)
+    cluster.run(cfg, cluster.Inputs(catalog), tmp_path / "day1", encoder=encoder)
     previous = PreviousClustering(catalog, pl.read_parquet(tmp_path / "day1" / S.PAIRS_FILE))
-    result = cluster.run(cfg, catalog, tmp_path / "same", encoder, previous)
+    same = cluster.Inputs(catalog)
+    result = cluster.run(cfg, same, tmp_path / "same", encoder=encoder, previous=previous)
     assert result.details["settled_nodes"] == len(cluster.node_table(cluster.prepare(catalog)))
     assert result.details["candidates_by_signal"] == {"code": 0, "minhash": 0, "embedding": 0}
     assert result.details["signatures_computed"] == 0  # all cached by day 1
@@ -134,7 +135,8 @@ def test_day_two_of_an_unchanged_catalog_reproduces_day_one_and_a_new_copy_joins
     copy = catalog.filter(pl.col(S.LISTING_ID) == original[S.LISTING_ID]).with_columns(
         (pl.col(S.LISTING_ID) + "-copy"), pl.col(S.TITLE).str.to_uppercase()
     )
-    cluster.run(cfg, pl.concat([catalog, copy]), tmp_path / "day2", encoder, previous)
+    day2_inputs = cluster.Inputs(pl.concat([catalog, copy]))
+    cluster.run(cfg, day2_inputs, tmp_path / "day2", encoder=encoder, previous=previous)
     day2 = dict(
         pl.read_parquet(tmp_path / "day2" / S.PRODUCTS_FILE)
         .select(S.LISTING_ID, S.PRODUCT_ID)

@@ -56,7 +56,7 @@ def groups(products: pl.DataFrame) -> set[frozenset[str]]:
 
 
 def test_products_keep_variants_apart(cfg, encoder, tmp_path) -> None:
-    result = cluster.run(cfg, catalog(), tmp_path, encoder)
+    result = cluster.run(cfg, cluster.Inputs(catalog()), tmp_path, encoder=encoder)
     products = pl.read_parquet(tmp_path / S.PRODUCTS_FILE)
     found = groups(products)
     assert {frozenset({"c1"}), frozenset({"t1", "t2"}), frozenset({"t3"})} <= found
@@ -73,7 +73,7 @@ def test_products_keep_variants_apart(cfg, encoder, tmp_path) -> None:
 
 
 def test_veto_reasons_recorded(cfg, encoder, tmp_path) -> None:
-    cluster.run(cfg, catalog(), tmp_path, encoder)
+    cluster.run(cfg, cluster.Inputs(catalog()), tmp_path, encoder=encoder)
     pairs = pl.read_parquet(tmp_path / S.PAIRS_FILE)
     reason = {
         frozenset((a, b)): r
@@ -87,16 +87,17 @@ def test_veto_reasons_recorded(cfg, encoder, tmp_path) -> None:
 
 
 def test_shuffled_input_gives_identical_bytes(cfg, encoder, tmp_path) -> None:
-    cluster.run(cfg, catalog(), tmp_path / "a", encoder)
-    cluster.run(cfg, catalog().sample(fraction=1.0, shuffle=True, seed=5), tmp_path / "b", encoder)
+    cluster.run(cfg, cluster.Inputs(catalog()), tmp_path / "a", encoder=encoder)
+    shuffled = cluster.Inputs(catalog().sample(fraction=1.0, shuffle=True, seed=5))
+    cluster.run(cfg, shuffled, tmp_path / "b", encoder=encoder)
     for name in (S.PRODUCTS_FILE, S.PAIRS_FILE):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
 def test_truth_column_is_never_read(cfg, encoder, tmp_path) -> None:
     scrambled = catalog().with_columns(pl.lit("same").alias("true_product_id"))
-    cluster.run(cfg, catalog(), tmp_path / "a", encoder)
-    cluster.run(cfg, scrambled, tmp_path / "b", encoder)
+    cluster.run(cfg, cluster.Inputs(catalog()), tmp_path / "a", encoder=encoder)
+    cluster.run(cfg, cluster.Inputs(scrambled), tmp_path / "b", encoder=encoder)
     a = (tmp_path / "a" / S.PRODUCTS_FILE).read_bytes()
     assert a == (tmp_path / "b" / S.PRODUCTS_FILE).read_bytes()
 
@@ -125,7 +126,7 @@ def test_missing_title_column_is_a_clear_error(cfg, tmp_path) -> None:
     from pairsieve.errors import PairsieveError
 
     with pytest.raises(PairsieveError, match="title"):
-        cluster.run(cfg, pl.DataFrame({S.LISTING_ID: ["x"]}), tmp_path)
+        cluster.run(cfg, cluster.Inputs(pl.DataFrame({S.LISTING_ID: ["x"]})), tmp_path)
 
 
 def test_compare_scores_pairsieve_and_baselines(cfg, encoder) -> None:
@@ -343,7 +344,7 @@ def test_forked_workers_give_byte_identical_outputs(tmp_path, monkeypatch) -> No
     hashes = []
     for label, threshold in (("alone", 10**9), ("forked", 1)):
         monkeypatch.setattr(forked, "FORK_MIN_ITEMS", threshold)
-        cluster.run(cfg, frame, tmp_path / label)
+        cluster.run(cfg, cluster.Inputs(frame), tmp_path / label)
         hashes.append(
             [io.sha256_file(tmp_path / label / f) for f in (S.PRODUCTS_FILE, S.PAIRS_FILE)]
         )

@@ -84,7 +84,7 @@ def _write(frame: pl.DataFrame, path: Path) -> Path:
 def _run(tmp_path: Path, clicks, catalog, cfg: PairsieveConfig = CFG, name: str = "out"):
     out = tmp_path / name
     out.mkdir()
-    return ingest.run(cfg, clicks, catalog, out), out
+    return ingest.run(cfg, ingest.Inputs(clicks, catalog), out), out
 
 
 def _quarantine(out: Path) -> pl.DataFrame:
@@ -368,7 +368,7 @@ def test_file_level_errors_raise_with_file_and_column(tmp_path):
         out = tmp_path / f"out-{name}"
         out.mkdir()
         with pytest.raises(PairsieveError) as info:
-            ingest.run(CFG, clicks, catalog, out)
+            ingest.run(CFG, ingest.Inputs(clicks, catalog), out)
         assert (info.value.code, info.value.file, info.value.column) == (code, file, column), name
         assert list(out.iterdir()) == [], name
 
@@ -408,12 +408,12 @@ def test_input_fingerprint_is_content_based_and_order_independent(tmp_path):
     a = str(_write(CLICKS_IN[:4], tmp_path / "c" / "a.csv"))
     b = str(_write(CLICKS_IN[4:], tmp_path / "c" / "b.csv"))
     catalog = str(_write(CATALOG, tmp_path / "catalog.csv"))
-    base = ingest.input_fingerprint([a, b], catalog)
-    assert ingest.input_fingerprint([b, a], catalog) == base
-    assert ingest.input_fingerprint(str(tmp_path / "c"), catalog) == base
-    assert ingest.input_fingerprint(catalog, [a, b]) != base
+    base = ingest.Inputs([a, b], catalog).fingerprint()
+    assert ingest.Inputs([b, a], catalog).fingerprint() == base
+    assert ingest.Inputs(str(tmp_path / "c"), catalog).fingerprint() == base
+    assert ingest.Inputs(catalog, [a, b]).fingerprint() != base
     _write(CLICKS_IN[4:].with_columns(pl.col(CLICKS) + 1), Path(b))
-    assert ingest.input_fingerprint([a, b], catalog) != base
+    assert ingest.Inputs([a, b], catalog).fingerprint() != base
 
 
 # --- the real latin-1 Abt-Buy catalog ------------------------------------------------------------
@@ -477,7 +477,7 @@ def test_text_that_normalises_to_nothing_is_quarantined(tmp_path, monkeypatch):
 def test_abt_without_column_mapping_names_the_missing_column(tmp_path, shared_data):
     abt = shared_data / "abt-buy" / "Abt.csv"
     with pytest.raises(PairsieveError) as info:
-        ingest.run(CFG, _abt_clicks(tmp_path), str(abt), tmp_path)
+        ingest.run(CFG, ingest.Inputs(_abt_clicks(tmp_path), str(abt)), tmp_path)
     err = info.value
     assert (err.code, err.file, err.column) == ("missing_column", str(abt), LISTING_ID)
     assert "id, name, description, price" in err.message
@@ -497,7 +497,7 @@ def test_separator_and_clicks_column_knobs_and_missing_truth_warning(tmp_path, c
     )
     with caplog.at_level(logging.WARNING, logger="pairsieve.ingest"):
         with pytest.raises(PairsieveError) as info:  # the stray ';' makes a ragged row
-            ingest.run(cfg, str(clicks), str(catalog), tmp_path)
+            ingest.run(cfg, ingest.Inputs(str(clicks), str(catalog)), tmp_path)
     assert (info.value.code, info.value.file) == ("unreadable_file", str(catalog))
     catalog.write_text("listing_id;title\nL1;Phone, 64 GB\n")
     with caplog.at_level(logging.WARNING, logger="pairsieve.ingest"):

@@ -409,14 +409,9 @@ def tiny(tmp_path, session_cache_dir):
 
 def test_run_with_the_real_model_never_returns_a_copy_of_the_positive(tiny, encoder):
     cfg, folder = tiny
-    result = mine.run(
-        cfg,
-        folder / "clicks.parquet",
-        folder / "listings.parquet",
-        folder / "products.parquet",
-        folder / "mine",
-        encoder,
-    )
+    names = ("clicks", "listings", "products")
+    inputs = mine.Inputs(*(folder / f"{name}.parquet" for name in names))
+    result = mine.run(cfg, inputs, folder / "mine", encoder=encoder)
     kept = pl.read_parquet(folder / "mine" / S.NEGATIVES_FILE)
     dropped = pl.read_parquet(folder / "mine" / S.NEGATIVES_DROPPED_FILE)
     assert result.balanced() and result.rows_out == kept.height
@@ -437,8 +432,9 @@ def test_run_is_byte_identical_whatever_the_click_order(tiny, encoder):
     clicks = pl.read_parquet(folder / "clicks.parquet")
     listings = pl.read_parquet(folder / "listings.parquet")
     products = pl.read_parquet(folder / "products.parquet")
-    mine.run(cfg, clicks, listings, products, folder / "a", encoder)
-    mine.run(cfg, clicks.reverse(), listings.reverse(), products.reverse(), folder / "b", encoder)
+    mine.run(cfg, mine.Inputs(clicks, listings, products), folder / "a", encoder=encoder)
+    reversed_inputs = mine.Inputs(clicks.reverse(), listings.reverse(), products.reverse())
+    mine.run(cfg, reversed_inputs, folder / "b", encoder=encoder)
     for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
         assert (folder / "a" / name).read_bytes() == (folder / "b" / name).read_bytes()
 
@@ -448,14 +444,15 @@ def test_run_rejects_bad_inputs(tiny, encoder):
     listings = pl.read_parquet(folder / "listings.parquet")
     products = pl.read_parquet(folder / "products.parquet")
     with pytest.raises(PairsieveError) as missing:
-        mine.run(cfg, listings, listings, products, folder / "x", encoder)
+        mine.run(cfg, mine.Inputs(listings, listings, products), folder / "x", encoder=encoder)
     assert missing.value.code == "missing_column" and missing.value.column == S.QUERY
     unknown = pl.DataFrame({S.QUERY: ["q"], S.LISTING_ID: ["nope"]})
     with pytest.raises(PairsieveError) as bad:
-        mine.run(cfg, unknown, listings, products, folder / "x", encoder)
+        mine.run(cfg, mine.Inputs(unknown, listings, products), folder / "x", encoder=encoder)
     assert bad.value.code == "unknown_listing"
     with pytest.raises(PairsieveError) as absent:
-        mine.run(cfg, folder / "none.parquet", listings, products, folder / "x", encoder)
+        absent_clicks = mine.Inputs(folder / "none.parquet", listings, products)
+        mine.run(cfg, absent_clicks, folder / "x", encoder=encoder)
     assert absent.value.code == "missing_file"
 
 

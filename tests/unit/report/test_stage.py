@@ -18,6 +18,7 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import label_int
+from pairsieve.core.layout import RunLayout
 from pairsieve.report import impact
 from pairsieve.report import stage as report
 from tests.paths import SAMPLE_DIR
@@ -144,7 +145,7 @@ def built(tmp_path_factory) -> tuple[Path, dict, dict]:
     run_dir = tmp_path_factory.mktemp("run")
     data = make_run(run_dir)
     cfg = PairsieveConfig().with_(**{"ingest.truth_column": S.TRUE_PRODUCT_ID})
-    result = report.run(cfg, run_dir, run_dir / "report")
+    result = report.run(cfg, RunLayout(run_dir), run_dir / "report")
     return run_dir, data, {"result": result, "report": report.load_report(run_dir / "report")}
 
 
@@ -231,7 +232,7 @@ def test_partial_run_reports_what_exists(tmp_path):
     make_run(full, truth=False)
     partial = tmp_path / "partial"
     shutil.copytree(full / "cluster", partial / "cluster")
-    result = report.run(PairsieveConfig(), partial, partial / "report")
+    result = report.run(PairsieveConfig(), RunLayout(partial), partial / "report")
     rep = report.load_report(partial / "report")
     assert rep["duplicates"]["figures"]["products"] == 40
     assert rep["batches"] is None and rep["temperature"] is None
@@ -333,7 +334,7 @@ def test_report_of_a_real_build_on_the_sample(tmp_path, encoder, session_cache_d
     )
     for step in (steps.cluster_step, steps.mine_step, steps.shards_step):
         step(cfg, run_dir)
-    result = report.run(cfg, run_dir, run_dir / "report")
+    result = report.run(cfg, RunLayout(run_dir), run_dir / "report")
     rep = report.load_report(run_dir / "report")
     assert rep["missing"] == [] and result.balanced()
     batch = json.loads((run_dir / "shards" / S.MANIFEST_FILE).read_text())["batch_size"]

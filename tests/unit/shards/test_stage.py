@@ -92,15 +92,7 @@ def make_config(**overrides) -> PairsieveConfig:
 
 
 def build(tmp: Path, cfg: PairsieveConfig, tables: dict[str, pl.DataFrame]):
-    return shards.run(
-        cfg,
-        tables["clicks"],
-        tables["listings"],
-        tables["products"],
-        tables["negatives"],
-        tmp,
-        {"inputs": "abc"},
-    )
+    return shards.run(cfg, shards.Inputs(**tables), tmp, fingerprints={"inputs": "abc"})
 
 
 def read_split(out: Path, prefix: str) -> pl.DataFrame:
@@ -273,7 +265,7 @@ def test_reads_parquet_paths(tmp_path, tables):
     for name, frame in tables.items():
         paths[name] = tmp_path / f"{name}.parquet"
         frame.write_parquet(paths[name])
-    from_paths = shards.run(make_config(), *paths.values(), tmp_path / "out")
+    from_paths = shards.run(make_config(), shards.Inputs(**paths), tmp_path / "out")
     from_frames = build(tmp_path / "frames", make_config(), tables)
     assert from_paths.rows_out == from_frames.rows_out
     assert sha256_file(tmp_path / "out" / "train-00000.parquet") == sha256_file(
