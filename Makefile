@@ -38,7 +38,7 @@ lint: install
 	$(BIN)/ruff check src tests benchmarks flows examples scripts
 
 sample: install
-	$(BIN)/pairsieve synth --out data/sample --products 400 --seed 7
+	$(BIN)/pairsieve synth --out data/sample --products 550 --seed 0 --queries-per-product 10
 
 docs: install
 	$(BIN)/pairsieve config-docs > docs/configuration.md
