@@ -146,13 +146,14 @@ def run_build(
     """Run the Prefect `build` flow and print what each stage did."""
     from pairsieve.orchestration.flows import build
 
-    summary = build(
-        clicks=clicks,
-        catalog=catalog,
-        out=str(out),
-        config=cfg.model_dump(mode="json"),
-        previous=str(previous) if previous else None,
-    )
+    with terminal.showing_progress(cfg.runner.progress_every_s):
+        summary = build(
+            clicks=clicks,
+            catalog=catalog,
+            out=str(out),
+            config=cfg.model_dump(mode="json"),
+            previous=str(previous) if previous else None,
+        )
     _print_build_summary(summary, out)
     return summary
 
@@ -296,12 +297,13 @@ def audit_command(
     from pairsieve.orchestration.flows import audit
 
     cfg = config_from_cli(config, overrides)
-    result = audit(
-        dataset=str(dataset),
-        out=str(out),
-        catalog=str(catalog) if catalog else None,
-        config=cfg.model_dump(mode="json"),
-    )
+    with terminal.showing_progress(cfg.runner.progress_every_s):
+        result = audit(
+            dataset=str(dataset),
+            out=str(out),
+            catalog=str(catalog) if catalog else None,
+            config=cfg.model_dump(mode="json"),
+        )
     print_json({"report": str(out / "report.html"), **result})
 
 
@@ -353,7 +355,8 @@ def cluster_command(
     from pairsieve.cluster import stage as cluster
 
     cfg = config_from_cli(config, overrides)
-    result = cluster.run(cfg, cluster.Inputs(catalog), out)
+    with terminal.showing_progress(cfg.runner.progress_every_s):
+        result = cluster.run(cfg, cluster.Inputs(catalog), out)
     console.print(result.summary())
     print_json(result.to_json())
 

@@ -315,6 +315,12 @@ class RunnerConfig(Section):
         None, description="Dask scheduler or Ray cluster address; None starts a local one."
     )
     workers: int = Field(2, ge=1, description="Local workers (threads or processes).")
+    progress_every_s: float = Field(
+        30.0,
+        ge=0,
+        description="Without a terminal (a log file, a scheduler's job log), one progress line "
+        "per long step every this many seconds; 0 = none. On a terminal, bars show instead.",
+    )
     memory_budget_mb: int = Field(
         0,
         ge=0,

@@ -1,18 +1,31 @@
 """What a person at a terminal sees of a run, and how they stop it: which log lines reach the
-console, the end-of-build summary, and SIGTERM taken as Ctrl-C."""
+console, the progress of long steps, the end-of-build summary, and SIGTERM taken as Ctrl-C."""
 
 from __future__ import annotations
 
 import logging
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    ProgressColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.progress import Progress as RichProgress
+from rich.text import Text
 
 from pairsieve.core.contract import reasons_text
+from pairsieve.core.progress import LogLines, Progress, shown_by
 from pairsieve.errors import PairsieveError
 
 console = Console(stderr=True)
@@ -101,3 +114,53 @@ def build_summary(summary: dict[str, Any], out: Path) -> tuple[Any, list[str]]:
             lines.append(f"{stage} dropped: {reasons}")
     lines += [f"shards:  {out / 'shards'}", f"report:  {out / 'report' / 'report.html'}"]
     return table, lines
+
+
+class _Rate(ProgressColumn):
+    """Units per second since the step started, in its own unit (``440 texts/s``): the rate the
+    log lines give, not rich's estimate over its last few updates."""
+
+    def render(self, task: Any) -> Text:
+        rate = task.fields.get("rate")
+        text = f"{rate:,.0f} {task.fields['unit']}/s" if rate is not None else ""
+        return Text(text, style="progress.data.speed")
+
+
+class Bars:
+    """On a terminal: one bar per long step, with done of total, rate and time left."""
+
+    def __init__(self, where: Console) -> None:
+        self.bars = RichProgress(
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=24),
+            TaskProgressColumn(),
+            MofNCompleteColumn(),
+            _Rate(),
+            TimeRemainingColumn(),
+            console=where,
+        )
+
+    def opened(self, step: Progress) -> Any:
+        return self.bars.add_task(step.name, total=step.total, unit=step.unit)
+
+    def moved(self, handle: Any, step: Progress) -> None:
+        self.bars.update(handle, completed=step.done, rate=step.rate())
+
+    def closed(self, handle: Any, step: Progress) -> None:
+        self.bars.update(handle, completed=step.done, rate=step.rate())
+        self.bars.stop_task(handle)
+
+
+@contextmanager
+def showing_progress(every_s: float) -> Iterator[None]:
+    """Progress of the long steps while the block runs: bars when stderr is a terminal, else a
+    log line per step every ``every_s`` seconds (none when 0)."""
+    if console.is_terminal:
+        bars = Bars(console)
+        with bars.bars, shown_by(bars):
+            yield
+    elif every_s > 0:
+        with shown_by(LogLines(every_s)):
+            yield
+    else:
+        yield

@@ -17,6 +17,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster.reuse import touching
 from pairsieve.config import ClusterConfig, PairsieveConfig
+from pairsieve.core import progress
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 from pairsieve.vectors import minhash
@@ -28,6 +29,7 @@ SIGNAL_ORDER = ("exact", "code", "minhash", "embedding")
 
 
 _SIGNATURE_PARTITION = 250_000  # titles per signature cache part
+_KNN_QUERIES = 65_536  # titles searched at a time: a multiple of faiss's 4,096-query BLAS block
 
 
 def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
@@ -94,7 +96,8 @@ def minhash_pairs(
 
     encoder = minhash.SignatureEncoder(cfg.shingle_kind, cfg.shingle_size, cfg.num_perm, seed)
     cache = minhash.SignatureCache(cache_dir, encoder.model_key) if cache_dir else None
-    sig, stats = embed_texts(titles.to_list(), encoder, cache, _SIGNATURE_PARTITION)
+    step = "computing MinHash signatures"
+    sig, stats = embed_texts(titles.to_list(), encoder, cache, _SIGNATURE_PARTITION, step)
     bands, rows = minhash.lsh_params(cfg.lsh_threshold, cfg.num_perm)
     pairs, skipped = minhash.lsh_pairs(sig, bands, rows, cfg.max_bucket, wanted)
     return pairs, skipped, stats.encoded
@@ -115,11 +118,17 @@ def knn_pairs(
 
     rows = np.arange(len(vectors)) if rows is None else rows
     index = knn.build_index(vectors, cfg.knn, cfg.seed, layout, keys)
-    scores, ids = knn.search(index, vectors[rows], cfg.cluster.knn_k + 1)
-    source = np.repeat(rows, ids.shape[1])
-    keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
-    pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
-    pairs = np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
+    parts = []
+    with progress.step("finding nearest titles", len(rows), "titles") as counter:
+        for start in range(0, len(rows), _KNN_QUERIES):
+            part = rows[start : start + _KNN_QUERIES]
+            scores, ids = knn.search(index, vectors[part], cfg.cluster.knn_k + 1)
+            source = np.repeat(part, ids.shape[1])
+            keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
+            pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
+            parts.append(np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1))
+            counter.advance(len(part))
+    pairs = np.concatenate(parts) if parts else np.empty((0, 2), np.int64)
     return minhash.unique_pairs(pairs), index
 
 

@@ -103,6 +103,16 @@ class PairInputs:
     shared_code: np.ndarray  # bool, `match.compare_codes` shared and not conflicting
     signal: list[str]  # proposing signals, "code+minhash"
     cosine: np.ndarray  # float64
+    best: np.ndarray | None = None  # (n,) `best_cosines` over all candidates; None: these pairs
+
+
+def best_cosines(n: int, a: np.ndarray, b: np.ndarray, cosine: np.ndarray) -> np.ndarray:
+    """(n,) the best cosine among each node's candidate pairs (-1 for a node with none): a pair
+    far below its titles' best match is weaker evidence than the same cosine at the top."""
+    best = np.full(n, -1.0)
+    np.maximum.at(best, a, cosine)
+    np.maximum.at(best, b, cosine)
+    return best
 
 
 def pair_features(
@@ -134,9 +144,7 @@ def pair_features(
         "signal_code": np.char.find(signal, "code") >= 0,
         "signal_minhash": np.char.find(signal, "minhash") >= 0,
     }
-    best = np.full(len(attrs), -1.0)  # (n,) best candidate cosine of each node
-    np.maximum.at(best, a, pairs.cosine)
-    np.maximum.at(best, b, pairs.cosine)
+    best = pairs.best if pairs.best is not None else best_cosines(len(attrs), a, b, pairs.cosine)
     out["cosine"] = pairs.cosine
     out["cosine_gap"] = np.maximum(best[a], best[b]) - pairs.cosine
     return out

@@ -8,6 +8,7 @@ part that decides which pairs may ever join, and the part its tests check pair b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
 
@@ -17,6 +18,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster import verifier
 from pairsieve.config import ClusterConfig
+from pairsieve.core import progress
 from pairsieve.core.parallel import in_processes
 from pairsieve.text import attributes as text
 from pairsieve.text import match
@@ -189,6 +191,7 @@ class _AttributeColumns:
 
 
 _PAIR_CHUNK = 1 << 20
+_VERIFY_CHUNK = 1 << 22  # candidates verified at a time: progress to show, and a bounded peak
 _REASONS: tuple[str | None, ...] = (
     None,
     "low_information",
@@ -240,15 +243,52 @@ def verify(
 
     The checks are `match.jaccard` and `match.assess` per pair, evaluated column-wise over
     integer-encoded attributes (`_AttributeColumns`); a test checks they agree pair by pair.
+    Every pair is judged on its own, so the candidates go through in chunks.
     """
+    columns = _AttributeColumns(attrs)
     a = candidates["a"].to_numpy().astype(np.int64)
     b = candidates["b"].to_numpy().astype(np.int64)
-    cosine = None
+    cosine = best = None
     if vectors is not None:
         from pairsieve.vectors.knn import pair_scores  # faiss, only where embeddings are used
 
         cosine = pair_scores(vectors, a, vectors, b).clip(-1, 1)
-    columns = _AttributeColumns(attrs)
+        best = verifier.best_cosines(len(attrs), a, b, cosine)
+    context = _Shared(cfg, nodes, columns, best)
+    parts, found = [], []
+    with progress.step("verifying candidate pairs", len(candidates), "pairs") as counter:
+        for lo in range(0, max(len(candidates), 1), _VERIFY_CHUNK):
+            hi = min(lo + _VERIFY_CHUNK, len(candidates))
+            found.append(None if features is None else {})
+            part_cosine = None if cosine is None else cosine[lo:hi]
+            chunk = candidates.slice(lo, hi - lo)
+            parts.append(_verify_chunk(context, chunk, part_cosine, found[-1]))
+            counter.advance(hi - lo)
+    if features is not None and found[0]:
+        features.update({key: np.concatenate([f[key] for f in found]) for key in found[0]})
+    return pl.concat(parts)
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What every chunk of `verify` reads: the attributes encoded once, and each node's best
+    cosine over all candidates (a feature of the learned verifier)."""
+
+    cfg: ClusterConfig
+    nodes: pl.DataFrame
+    columns: _AttributeColumns
+    best: np.ndarray | None
+
+
+def _verify_chunk(
+    shared_by_chunks: _Shared,
+    candidates: pl.DataFrame,
+    cosine: np.ndarray | None,
+    features: dict[str, np.ndarray] | None,
+) -> pl.DataFrame:
+    cfg, nodes, columns = shared_by_chunks.cfg, shared_by_chunks.nodes, shared_by_chunks.columns
+    a = candidates["a"].to_numpy().astype(np.int64)
+    b = candidates["b"].to_numpy().astype(np.int64)
     jac = columns.jaccard(a, b)
     reason, shared = _vetoes(columns, nodes, a, b)
     vetoed = reason > 0
@@ -256,7 +296,8 @@ def verify(
     reasons = pl.Series(S.VETO_REASON, names, dtype=pl.String).gather(reason)
     learned = uses_learned_verifier(cfg) and cosine is not None
     if cosine is not None and (learned or features is not None):
-        pairs = verifier.PairInputs(a, b, jac, shared, candidates[S.SIGNAL].to_list(), cosine)
+        signals = candidates[S.SIGNAL].to_list()
+        pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, shared_by_chunks.best)
         probability = _learned_probability(columns, pairs, {} if features is None else features)
     if learned:
         score = probability

@@ -13,11 +13,8 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig
-from pairsieve.mine.filters import (
-    filter_candidates,
-    score_ceilings,
-    short_queries,
-)
+from pairsieve.core import progress
+from pairsieve.mine.filters import filter_candidates, score_ceilings, short_queries
 from pairsieve.mine.retrieval import Retrieval
 
 log = logging.getLogger(__name__)
@@ -66,17 +63,12 @@ def mine_pairs(
     into sorted tables.
     """
     n = len(retrieval.queries)
-    batches = [
-        _mine_batch(
-            retrieval,
-            np.arange(start, min(start + _QUERY_BATCH, n)),
-            positives,
-            products,
-            cfg,
-            seed,
-        )
-        for start in range(0, n, _QUERY_BATCH)
-    ] or [_mine_batch(retrieval, np.arange(0), positives, products, cfg, seed)]
+    batches = []
+    with progress.step("mining hard negatives", n, "queries") as counter:
+        for start in range(0, max(n, 1), _QUERY_BATCH):
+            rows = np.arange(start, min(start + _QUERY_BATCH, n))
+            batches.append(_mine_batch(retrieval, rows, positives, products, cfg, seed))
+            counter.advance(len(rows))
     rounds: list[dict[str, int]] = []
     for batch in batches:
         for number, entry in enumerate(batch.rounds):

@@ -16,11 +16,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.types.entrypoint import EntrypointType
 
 from pairsieve.config import PairsieveConfig, RunnerConfig, build_config
+from pairsieve.core import progress
 from pairsieve.core.contract import StageResult
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.memory import watch
 from pairsieve.errors import PairsieveError
 from pairsieve.orchestration import publish, steps
+from pairsieve.orchestration.progress import ProgressArtifacts
 from pairsieve.vectors.embed import EmbedStats, embed_partition
 
 
@@ -131,8 +133,18 @@ def task_runner_for(runner: RunnerConfig):
 def embed_partitions(partitions: list[str], cfg: PairsieveConfig) -> list[EmbedStats]:
     """Fill the shared embedding cache, one mapped task per partition file (a subflow, so that it
     runs on the task runner the config names while `build` itself stays importable by module
-    path). Its parameters are paths: Prefect's API refuses flow-run parameters over 512 KB."""
-    return embed_partition_task.map(partitions, unmapped(cfg)).result()
+    path). Its parameters are paths: Prefect's API refuses flow-run parameters over 512 KB.
+    Progress counts texts as each partition finishes, in whatever order they do."""
+    from prefect.futures import as_completed
+
+    sizes = steps.partition_sizes(partitions)
+    futures = embed_partition_task.map(partitions, unmapped(cfg))
+    with progress.step("embedding texts", sum(sizes), "texts") as counter:
+        size_of = {f.task_run_id: size for f, size in zip(futures, sizes, strict=True)}
+        for future in as_completed(futures):
+            future.result()
+            counter.advance(size_of[future.task_run_id])
+    return futures.result()
 
 
 def _as_list(paths: str | list[str]) -> list[str]:
@@ -156,7 +168,11 @@ def build(
     """
     cfg = build_config(config or {})
     # The watchdog stops the process (exit 2, `memory_budget`) once it is over the budget.
-    with publish.building(out) as run_dir, watch(cfg.runner.memory_budget_mb, "ingest") as mem:
+    with (
+        progress.shown_by(ProgressArtifacts()),
+        publish.building(out) as run_dir,
+        watch(cfg.runner.memory_budget_mb, "ingest") as mem,
+    ):
         results = [ingest_task(cfg, _as_list(clicks), _as_list(catalog), run_dir)]
         steps.require_rows(results[-1], run_dir)
         mem.stage = "embed"
@@ -188,7 +204,8 @@ def audit(
 ) -> dict[str, Any]:
     """Measure the false negatives of a contrastive dataset built elsewhere (report in ``out``)."""
     cfg = build_config(config or {})
-    result = audit_task(cfg, dataset, catalog, out)
+    with progress.shown_by(ProgressArtifacts()):
+        result = audit_task(cfg, dataset, catalog, out)
     artifacts_task(Path(out), key="pairsieve-audit")
     return result.to_json() | {"skipped": result.skipped}
 

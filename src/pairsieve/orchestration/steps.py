@@ -76,6 +76,13 @@ def embedding_partitions(cfg: PairsieveConfig, run_dir: Path) -> list[str]:
     return write_partitions(partitions, layout.embed_partitions)
 
 
+def partition_sizes(partitions: list[str]) -> list[int]:
+    """Texts in each partition file (from the parquet footers, without reading the texts)."""
+    import pyarrow.parquet as pq
+
+    return [pq.read_metadata(path).num_rows for path in partitions]
+
+
 def clear_embedding_partitions(run_dir: Path) -> None:
     """Remove the partition files once the cache holds their vectors (they are never published)."""
     import shutil

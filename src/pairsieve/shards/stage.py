@@ -28,7 +28,7 @@ import polars as pl
 from pairsieve import __version__
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
-from pairsieve.core import io
+from pairsieve.core import io, progress
 from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.hashing import label_int, seeded_key
 from pairsieve.core.layout import RunLayout
@@ -315,17 +315,19 @@ def write_split(
     train, meta = _train_frame(rows, k), _meta_frame(rows)
     entries = []
     n_files = max(1, -(-rows.height // rows_per_shard))
-    for i in range(n_files):
-        start = i * rows_per_shard
-        for prefix, frame in ((data_prefix, train), (meta_prefix, meta)):
-            name = f"{prefix}-{i:05d}.parquet"
-            part = frame.slice(start, rows_per_shard)
-            if prefix == meta_prefix:
-                part = part.with_columns(pl.col(S.ROW_ID) + start)
-            io.write_parquet(part, out_dir / name)
-            entries.append(
-                {"name": name, "rows": part.height, "sha256": io.sha256_file(out_dir / name)}
-            )
+    with progress.step(f"writing {data_prefix} shards", rows.height, "rows") as counter:
+        for i in range(n_files):
+            start = i * rows_per_shard
+            for prefix, frame in ((data_prefix, train), (meta_prefix, meta)):
+                name = f"{prefix}-{i:05d}.parquet"
+                part = frame.slice(start, rows_per_shard)
+                if prefix == meta_prefix:
+                    part = part.with_columns(pl.col(S.ROW_ID) + start)
+                io.write_parquet(part, out_dir / name)
+                entries.append(
+                    {"name": name, "rows": part.height, "sha256": io.sha256_file(out_dir / name)}
+                )
+            counter.advance(min(rows_per_shard, rows.height - start))
     return entries
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve.config import EmbedConfig, PairsieveConfig
+from pairsieve.core import progress
 from pairsieve.core.hashing import text_keys
 from pairsieve.core.io import write_parquet
 
@@ -286,12 +287,14 @@ def embed_texts(
     encoder: Encoder,
     cache: EmbeddingCache | None = None,
     partition_size: int = 20_000,
+    step: str | None = "embedding texts",
 ) -> tuple[np.ndarray, EmbedStats]:
     """Embed ``texts`` (n,) -> (n, d) (the encoder's dtype), encoding each distinct uncached text
     once.
 
     Missing texts are encoded ``partition_size`` at a time and each partition is cached as soon
-    as it is done, so a killed run loses at most one partition of work.
+    as it is done, so a killed run loses at most one partition of work. Progress is shown as
+    ``step`` (None: counted by the caller).
     """
     started = time.perf_counter()
     # Distinct texts by their cache keys: sorting 10^6 uint64 keys is ~10x faster than sorting
@@ -303,11 +306,13 @@ def embed_texts(
     )
     missing = np.flatnonzero(~found)
     fresh = []
-    for start in range(0, len(missing), partition_size):
-        chunk = missing[start : start + partition_size]
-        fresh.append(encoder.encode([distinct[i] for i in chunk]))  # (c, d) float32
-        if cache is not None:
-            cache.store(keys[chunk], fresh[-1])
+    with progress.step(step or "", len(missing) if step else 0, "texts") as counter:
+        for start in range(0, len(missing), partition_size):
+            chunk = missing[start : start + partition_size]
+            fresh.append(encoder.encode([distinct[i] for i in chunk]))  # (c, d) float32
+            if cache is not None:
+                cache.store(keys[chunk], fresh[-1])
+            counter.advance(len(chunk))
     like = cached if cached is not None else (fresh[0] if fresh else None)
     dim, dtype = (like.shape[1], like.dtype) if like is not None else (0, np.float32)
     if fresh or cached is None:
@@ -391,7 +396,8 @@ def embed_partition(path: str | Path, cfg: PairsieveConfig) -> EmbedStats:
     """
     encoder = shared_encoder(cfg.embed, cfg.cache_dir)
     cache = shared_cache(cfg.cache_dir, encoder.model_key)
-    _, stats = embed_texts(read_partition(path), encoder, cache, cfg.embed.partition_size)
+    texts = read_partition(path)
+    _, stats = embed_texts(texts, encoder, cache, cfg.embed.partition_size, step=None)
     return stats
 
 

@@ -93,6 +93,40 @@ def test_verify_accepts_by_probability_and_rule_stays_available() -> None:
     assert np.allclose(by_rule["score"].to_numpy(), [1.0, 0.0, 0.0])
 
 
+def test_verify_in_chunks_judges_every_pair_as_in_one(monkeypatch) -> None:
+    """Chunks share the encoded attributes and each title's best cosine over all candidates, so
+    the scores, decisions and features do not depend on the chunk size."""
+    titles = [
+        "sony alpha a6500 camera body",
+        "sony a6500 camera body black",
+        "sony a6500 body",
+        "sony a6400 camera body",
+        "canon eos 90d body",
+    ]
+    nodes = pl.DataFrame({S.TITLE_NORM: titles, S.BRAND: [""] * 5, "_informative": [True] * 5})
+    attrs = [text.extract_attributes(t) for t in titles]
+    pairs = [(a, b) for a in range(5) for b in range(a + 1, 5)]
+    candidates = pl.DataFrame(
+        {"a": [a for a, _ in pairs], "b": [b for _, b in pairs], S.SIGNAL: ["minhash"] * 10}
+    )
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(5, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    cfg = PairsieveConfig().cluster
+    whole_features: dict[str, np.ndarray] = {}
+    whole = cluster_verify.verify(cfg, candidates, nodes, attrs, vectors, whole_features)
+    monkeypatch.setattr(cluster_verify, "_VERIFY_CHUNK", 3)
+    chunked_features: dict[str, np.ndarray] = {}
+    chunked = cluster_verify.verify(cfg, candidates, nodes, attrs, vectors, chunked_features)
+    assert chunked.equals(whole)
+    assert set(chunked_features) == set(whole_features)
+    for name, column in whole_features.items():
+        assert np.array_equal(chunked_features[name], column), name
+    assert (whole_features["cosine_gap"] > 0).any()  # the feature that reads all candidates
+    empty = cluster_verify.verify(cfg, candidates.head(0), nodes, attrs, vectors)
+    assert empty.height == 0 and empty.columns == whole.columns
+
+
 _FEATURES_DIGEST = """
 import hashlib
 import numpy as np, polars as pl
