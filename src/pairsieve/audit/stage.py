@@ -265,6 +265,8 @@ def audit_section(source: Path, labelled: pl.DataFrame) -> dict[str, Any]:
                         figures["false_negative_rate"],
                     ]
                 },
+                y_label="share of negatives (%)",
+                percent=True,
             )
         ],
         notes=[

@@ -12,6 +12,8 @@ import html
 import math
 from typing import Any
 
+from pairsieve.report.labels import label, value_text
+
 WIDTH, HEIGHT = 900, 260
 LEFT, RIGHT, TOP, BOTTOM = 64, 250, 28, 64  # the legend sits in the right margin
 COLOURS = ("#3b6ea8", "#d9822b", "#5b9a57", "#b8463c", "#7b5ea7", "#8c8c8c")
@@ -44,42 +46,47 @@ document.addEventListener('DOMContentLoaded', function () {
 """
 
 
-def fmt(value: Any) -> str:
-    """A number as a table shows it: ints with separators, floats to 4 significant digits."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "–"
-        if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e6):
-            return f"{value:.3e}"
-        return f"{value:.4g}"
-    return html.escape(str(value))
-
-
 def table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    """An HTML table of ``rows`` (dicts), columns in the order given or of the first row."""
+    """An HTML table of ``rows`` (dicts) under the columns' human labels, values written by their
+    kind (`labels.value_text`); columns in the order given or of the first row."""
     if not rows:
         return '<p class="note">nothing to show</p>'
     columns = columns or list(rows[0])
     head = "".join(
-        f'<th class="{"t" if isinstance(rows[0].get(c), str) else ""}">{html.escape(c)}</th>'
-        for c in columns
+        f'<th class="{_align(rows[0].get(c))}">{html.escape(label(c))}</th>' for c in columns
     )
     body = "".join(
         "<tr>"
-        + "".join(
-            f'<td class="{"t" if isinstance(r.get(c), str) else ""}">{fmt(r.get(c))}</td>'
-            for c in columns
-        )
+        + "".join(f'<td class="{_align(r.get(c))}">{value_text(c, r.get(c))}</td>' for c in columns)
         + "</tr>"
         for r in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def figures_table(figures: dict[str, Any]) -> str:
+    """A section's figures, one per row: what it is (with its unit) and its value."""
+    body = "".join(
+        f'<tr><td class="t">{html.escape(label(k))}</td><td>{value_text(k, v)}</td></tr>'
+        for k, v in figures.items()
+    )
+    return f'<table><tr><th class="t">figure</th><th>value</th></tr>{body}</table>'
+
+
+def _align(value: Any) -> str:
+    return "t" if isinstance(value, str) else ""
+
+
+def tick_text(value: float, percent: bool = False) -> str:
+    """An axis or bar value as a person reads it: ``27.6k``, ``1.2M``, ``0.05``, ``38%``."""
+    if percent:
+        return f"{100 * value:.3g}%"
+    size = abs(value)
+    if size >= 1e6:
+        return f"{value / 1e6:.3g}M"
+    if size >= 1e3:
+        return f"{value / 1e3:.3g}k"
+    return f"{value:.3g}" if size >= 1e-3 or size == 0 else f"{value:.1e}"
 
 
 def _scale(values: list[float], log: bool) -> tuple[float, float]:
@@ -108,9 +115,10 @@ def _frame(spec: dict[str, Any], lo: float, hi: float, log: bool) -> list[str]:
     ]
     for i in range(5):
         v = lo + (hi - lo) * i / 4
-        label = f"{10**v:.3g}" if log else f"{v:.3g}"
-        y = _y(10**v if log else v, lo, hi, log)
-        parts.append(f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{label}</text>')
+        value = 10**v if log else v
+        tick = tick_text(value, bool(spec.get("percent")))
+        y = _y(value, lo, hi, log)
+        parts.append(f'<text x="{LEFT - 4}" y="{y + 4:.1f}" text-anchor="end">{tick}</text>')
     parts.append(
         f'<text x="12" y="{TOP + (HEIGHT - TOP - BOTTOM) / 2}" transform="rotate(-90 12 '
         f'{TOP + (HEIGHT - TOP - BOTTOM) / 2})" text-anchor="middle">'
@@ -145,7 +153,8 @@ def _bars(spec: dict[str, Any], lo: float, hi: float, log: bool) -> list[str]:
                 f'<rect x="{x0 + s * bar:.1f}" y="{min(y, base):.1f}" width="{bar:.1f}" '
                 f'height="{abs(base - y):.1f}" fill="{COLOURS[s % len(COLOURS)]}" '
                 f'data-value="{value}"><title>{html.escape(series["name"])} '
-                f"{html.escape(str(category))}: {fmt(value)}</title></rect>"
+                f"{html.escape(str(category))}: {tick_text(value, bool(spec.get('percent')))}"
+                "</title></rect>"
             )
         if len(categories) <= 24 or c % max(1, len(categories) // 12) == 0:
             parts.append(
@@ -192,11 +201,14 @@ def render_section(section_id: str, sec: dict[str, Any]) -> tuple[str, str, str]
     """One report section (figures, tables, charts, notes) as a (id, heading, html) block."""
     parts = [f'<p class="lead">{html.escape(" ".join(sec["lead"]))}</p>'] if sec.get("lead") else []
     if sec["figures"] and not sec.get("lead"):  # a lead says its figures in words
-        rows = [{"figure": k, "value": v} for k, v in sec["figures"].items()]
-        parts.append(table(rows))
+        parts.append(figures_table(sec["figures"]))
     for caption, rows in sec["tables"].items():
         parts.append(f"<h3>{html.escape(caption)}</h3>{table(rows)}")
-    parts += [svg_chart(spec) for spec in sec["charts"] if spec["categories"]]
+    parts += [
+        svg_chart(spec) + f'<p class="note reading">{html.escape(spec["reading"])}</p>'
+        for spec in sec["charts"]
+        if spec["categories"]
+    ]
     parts += [f'<p class="note">{html.escape(note)}</p>' for note in sec["notes"]]
     return section_id, sec["title"], "".join(parts)
 

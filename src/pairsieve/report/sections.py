@@ -17,6 +17,7 @@ from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult
 from pairsieve.report import impact
+from pairsieve.report.labels import READINGS, label
 
 SIZE_BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20), (21, 50), (51, None))
 SCORE_BINS = 24
@@ -35,12 +36,15 @@ def section(title: str, **parts: Any) -> dict[str, Any]:
 
 
 def chart(chart_id: str, title: str, categories: list[Any], series: dict[str, list], **kw: Any):
-    """A bar-chart spec; ``kw`` may set y_label, x_label and log."""
+    """A bar-chart spec with the sentence that says what to read from it (`labels.READINGS`);
+    ``kw`` sets y_label (with its unit) and may set x_label, log and percent (values are
+    shares, drawn as percentages)."""
     return {
         "id": chart_id,
         "title": title,
         "categories": [str(c) for c in categories],
         "series": [{"name": name, "values": values} for name, values in series.items()],
+        "reading": READINGS[chart_id],
         **kw,
     }
 
@@ -78,8 +82,8 @@ def accounting_section(results: dict[str, StageResult]) -> dict[str, Any] | None
                 "accounting",
                 "Rows in, kept and dropped per stage",
                 stages,
-                {k: [r[k] for r in rows] for k in ("rows_in", "rows_out", "dropped")},
-                y_label="rows",
+                {label(k): [r[k] for r in rows] for k in ("rows_in", "rows_out", "dropped")},
+                y_label="rows (log scale)",
                 log=True,
             )
         ],
@@ -192,7 +196,7 @@ def duplicates_section(
                 "products": [r["products"] for r in histogram],
                 "listings": [r["listings"] for r in histogram],
             },
-            y_label="count",
+            y_label="products or listings (log scale)",
             x_label="listings per product",
             log=True,
         )
@@ -299,8 +303,8 @@ def batches_section(
             "Same-product in-batch candidates per anchor",
             sizes,
             series,
-            y_label="false negatives per anchor",
-            x_label="batch size (those not above the number of rows)",
+            y_label="per anchor (log scale)",
+            x_label="batch size in rows (up to the number of training rows)",
             log=True,
         )
     ]
@@ -367,28 +371,29 @@ def temperature_section(
             "loss-floor",
             "Mean loss floor from the nearest same-product candidate, by temperature",
             temperatures,
-            {"mean loss floor (nats)": [r["mean_loss_floor"] for r in data]},
+            {"mean loss floor": [r["mean_loss_floor"] for r in data]},
             x_label="temperature τ",
-            y_label="nats",
+            y_label="loss floor (nats)",
         ),
         chart(
             "gradient-share",
             "Share of the push on negatives owned by same-product candidates",
             temperatures,
-            {"false-negative share": [r["false_negative_gradient_share"] for r in data]},
+            {"same-product share": [r["false_negative_gradient_share"] for r in data]},
             x_label="temperature τ",
-            y_label="share",
+            y_label="share of the gradient (%)",
+            percent=True,
         ),
         chart(
             "worked-example",
             "Worked 2-pair example: loss by temperature",
             [r["tau"] for r in worked],
             {
-                k: [r[k] for r in worked]
+                label(k): [r[k] for r in worked]
                 for k in ("row1_loss", "row2_loss", "mean_loss", "row2_with_duplicate_loss")
             },
             x_label="temperature τ",
-            y_label="InfoNCE loss",
+            y_label="InfoNCE loss (nats)",
         ),
     ]
     notes = [
@@ -412,7 +417,7 @@ def score_histograms(named_scores: dict[str, np.ndarray]) -> dict[str, Any]:
     """Shares of each score list per common bin (lists differ in size by orders of magnitude)."""
     present = [np.asarray(v, dtype=np.float64) for v in named_scores.values() if len(v)]
     if not present:
-        return chart("scores", "Score histograms", [], {})
+        return chart("scores", "Score histograms", [], {}, y_label="share of the list (%)")
     everything = np.concatenate(present)
     edges = np.linspace(float(everything.min()), float(everything.max()) + 1e-9, SCORE_BINS + 1)
     series = {}
@@ -425,7 +430,8 @@ def score_histograms(named_scores: dict[str, np.ndarray]) -> dict[str, Any]:
         [f"{e:.2f}" for e in edges[:-1]],
         series,
         x_label="cosine score (bin start)",
-        y_label="share",
+        y_label="share of the list (%)",
+        percent=True,
     )
 
 
@@ -447,6 +453,8 @@ def quality_section(predicted: pl.Series, truth: pl.Series) -> dict[str, Any]:
                     "pairwise": [scores[f"pairwise_{m}"] for m in metrics],
                     "B-cubed": [scores[f"bcubed_{m}"] for m in metrics],
                 },
+                y_label="score (%)",
+                percent=True,
             )
         ],
     )
@@ -470,7 +478,7 @@ def hard_negatives_section(
                 "Candidate negatives dropped, by reason",
                 [r["reason"] for r in reasons],
                 {"candidates": [r["candidates"] for r in reasons]},
-                y_label="candidates",
+                y_label="candidates (log scale)",
                 log=True,
             ),
         )

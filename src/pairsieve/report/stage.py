@@ -27,6 +27,7 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
 from pairsieve.report import sections as R
 from pairsieve.report.headline import headline_section
+from pairsieve.report.labels import label, value_text
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,8 @@ def _batch_recommendations(cfg: PairsieveConfig, batches: dict[str, Any]) -> lis
             {
                 "recommendation": f"Mask or reorder: a random batch of {b0} holds {fn:.3f} "
                 f"same-product candidates per anchor and is clean with probability "
-                f"{report_html.fmt(p_clean)} (thresholds {MAX_FN_PER_ANCHOR} and {MIN_P_CLEAN}); "
+                f"{value_text('p_batch_clean', p_clean)} (thresholds {MAX_FN_PER_ANCHOR} and "
+                f"{value_text('p_batch_clean', MIN_P_CLEAN)}); "
                 "train on product-disjoint shards or with the masked loss.",
                 "rests_on": "In-batch false negatives: product-level κ table / chart-collisions",
             }
@@ -258,7 +260,8 @@ def _batch_recommendations(cfg: PairsieveConfig, batches: dict[str, Any]) -> lis
             {
                 "recommendation": f"Masking is optional at batch size {b0}: {fn:.4f} same-product "
                 f"candidates per anchor (< {MAX_FN_PER_ANCHOR}), P(clean batch) "
-                f"{report_html.fmt(p_clean)} (≥ {MIN_P_CLEAN}).",
+                f"{value_text('p_batch_clean', p_clean)} "
+                f"(≥ {value_text('p_batch_clean', MIN_P_CLEAN)}).",
                 "rests_on": "In-batch false negatives: product-level κ table",
             }
         )
@@ -336,7 +339,7 @@ def recommendations_section(cfg: PairsieveConfig, report: dict[str, Any]) -> dic
             {
                 "recommendation": f"Mine with product exclusion: {share:.1%} of the candidates a "
                 "product-blind miner could keep were the positive's own product.",
-                "rests_on": "Hard negatives: same_product_share_of_eligible",
+                "rests_on": f"Hard negatives: {label('same_product_share_of_eligible')}",
             }
         )
     rate = report.get("false_negative_rate")
@@ -346,7 +349,7 @@ def recommendations_section(cfg: PairsieveConfig, report: dict[str, Any]) -> dic
                 "recommendation": f"{rate:.1%} of this dataset's negatives are its positive's "
                 "product"
                 + ("; re-mine them with pairsieve (product exclusion)." if rate > 0.01 else "."),
-                "rests_on": "Audit: false_negative_rate",
+                "rests_on": f"Audit: {label('false_negative_rate')}",
             }
         )
     return R.section("Recommendations", tables={"recommendations": recs})
@@ -441,7 +444,7 @@ def report_artifacts(report: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]
         if not sec or not sec["figures"]:
             continue
         lines += [f"## {sec['title']}", "", "| figure | value |", "|---|---|"]
-        lines += [f"| {k} | {report_html.fmt(v)} |" for k, v in sec["figures"].items()]
+        lines += [f"| {label(k)} | {value_text(k, v)} |" for k, v in sec["figures"].items()]
         lines.append("")
     recs = report.get("recommendations")
     if recs:

@@ -19,9 +19,11 @@ from pairsieve.core import io
 from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import label_int
 from pairsieve.core.layout import RunLayout
-from pairsieve.report import impact
+from pairsieve.report import html as report_html
+from pairsieve.report import impact, labels
 from pairsieve.report import stage as report
 from tests.paths import SAMPLE_DIR
+from tests.unit.report.test_labels import unlabelled
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = (
@@ -245,8 +247,23 @@ def test_report_artifacts(built):
     _, _, out = built
     markdown, table = report.report_artifacts(out["report"])
     assert "## Recommendations" in markdown
-    assert "kappa_product" in markdown
+    assert f"| {labels.label('kappa_product')} | " in markdown and "kappa_product" not in markdown
     assert [r["batch_size"] for r in table] == list(PairsieveConfig().report.batch_sizes)
+
+
+def test_a_build_report_reads_as_words(built):
+    run_dir, _, out = built
+    assert unlabelled(out["report"]) == []
+    page = (run_dir / "report" / S.REPORT_HTML).read_text()
+    for spec in (
+        c for sec in out["report"].values() if isinstance(sec, dict) for c in sec.get("charts", [])
+    ):
+        if spec["categories"]:
+            assert report_html.html.escape(spec["reading"]) in page, spec["id"]
+    headers = re.findall(r"<th[^>]*>([^<]*)</th>", page)
+    assert headers and not [h for h in headers if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h)]
+    ticks = re.findall(r'text-anchor="end">([^<]*)</text>', page)
+    assert ticks and not [t for t in ticks if "e+" in t]  # log axes read 27.6k, not 2.76e+04
 
 
 def render_dom(html_file: Path, profile: Path, width: int = 1280) -> tuple[str, str]:

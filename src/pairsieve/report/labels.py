@@ -1,0 +1,200 @@
+"""The report's words for a reader: what each figure and column is called, with its unit, how its
+value is written, and the sentence under each chart that says what to read from it.
+
+report.json keeps the raw keys (``kappa_text``, ``p_batch_clean``) for programs; the page shows
+`LABELS` instead and writes each value by its kind: a count with thousands separators, a share
+as a percentage, a score or a loss to three decimals. Every chart spec carries its sentence from
+`READINGS`. A test walks a build's and an audit's report and fails on any key shown without a
+label here, and on any chart without a sentence.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any, Literal
+
+Kind = Literal["count", "share", "score", "nats", "number", "text", "flag"]
+
+LABELS: dict[str, tuple[str, Kind]] = {
+    # stages and rows
+    "stage": ("stage", "text"),
+    "reason": ("reason", "text"),
+    "rows": ("rows", "count"),
+    "rows_in": ("rows in", "count"),
+    "rows_out": ("rows kept", "count"),
+    "dropped": ("rows dropped", "count"),
+    "balanced": ("in = kept + dropped", "flag"),
+    "rows_read": ("rows read", "count"),
+    "rows_audited": ("rows audited", "count"),
+    "missing_anchor_or_positive": ("rows without anchor or positive", "count"),
+    "no_negatives": ("rows without a negative", "count"),
+    "texts": ("distinct texts", "count"),
+    # duplicates and clustering
+    "listings": ("listings", "count"),
+    "products": ("products", "count"),
+    "size": ("listings per product", "count"),
+    "product_id": ("product id", "text"),
+    "sample titles": ("sample titles", "text"),
+    "pairs": ("candidate pairs", "count"),
+    "candidate_pairs": ("candidate pairs verified", "count"),
+    "accepted_pairs": ("pairs judged the same product", "count"),
+    "vetoed_pairs": ("pairs kept apart by a veto", "count"),
+    "largest_cluster": ("listings in the largest product", "count"),
+    "listings_with_duplicate": ("listings with a copy", "count"),
+    "share_with_duplicate": ("listings with a copy (%)", "share"),
+    "clusters": ("products found", "count"),
+    "predicted_pairs": ("same-product pairs found", "count"),
+    "true_pairs": ("same-product pairs in the truth", "count"),
+    "pairwise_precision": ("pairwise precision", "share"),
+    "pairwise_recall": ("pairwise recall", "share"),
+    "pairwise_f1": ("pairwise F1", "share"),
+    "bcubed_precision": ("B-cubed precision", "share"),
+    "bcubed_recall": ("B-cubed recall", "share"),
+    "bcubed_f1": ("B-cubed F1", "share"),
+    # in-batch collisions
+    "training_rows": ("training rows", "count"),
+    "training_batch_size": ("training batch size (rows)", "count"),
+    "batch_size": ("batch size (rows)", "count"),
+    "kappa": ("κ, chance two rows collide (%)", "share"),
+    "kappa_text": ("chance two rows share an exact text, κ (%)", "share"),
+    "kappa_product": ("chance two rows share a product, κ (%)", "share"),
+    "share_missed_by_text_dedupe": ("collisions exact-text dedupe misses (%)", "share"),
+    "false_negatives_per_anchor": ("same-product negatives per anchor", "number"),
+    "false_negatives_per_anchor_at_training_batch": (
+        "same-product negatives per anchor, at the training batch size",
+        "number",
+    ),
+    "hard_negative_false_negatives_per_anchor": (
+        "same-product mined negatives per anchor",
+        "number",
+    ),
+    "colliding_pairs_per_batch": ("same-product pairs per batch", "number"),
+    "colliding_pairs": ("same-product pairs", "count"),
+    "p_batch_clean": ("batches with no same-product pair (%)", "share"),
+    "p_batch_clean_at_training_batch": (
+        "batches with no same-product pair, at the training batch size (%)",
+        "share",
+    ),
+    "batches": ("batches", "count"),
+    "dirty_batches": ("batches with a same-product pair", "count"),
+    "order": ("row order", "text"),
+    # hard negatives
+    "candidates": ("candidate negatives", "count"),
+    "candidates_dropped": ("candidate negatives dropped", "count"),
+    "negatives_kept": ("negatives kept", "count"),
+    "same_product_dropped": ("dropped as the positive's product", "count"),
+    "same_product_share_of_eligible": (
+        "candidates that were the positive's product (%)",
+        "share",
+    ),
+    "list": ("list", "text"),
+    "n": ("scores", "count"),
+    "mean": ("mean cosine", "score"),
+    "median": ("median cosine", "score"),
+    # the headline
+    "same_product_negatives_per_anchor": ("same-product negatives per anchor", "number"),
+    "same_product_share_of_mined": ("mined negatives that were the positive's product", "share"),
+    "gradient_share_at_headline_tau": ("their share of the gradient", "share"),
+    # temperature
+    "tau": ("temperature τ", "number"),
+    "rows_scored": ("rows scored", "count"),
+    "rows_with_same_product_candidate": ("rows with a same-product candidate", "count"),
+    "rows_with_false_negative": ("rows with a same-product candidate", "count"),
+    "floor_one_exact_copy": ("loss floor, one exact copy (nats)", "nats"),
+    "floor_two_exact_copies": ("loss floor, two exact copies (nats)", "nats"),
+    "mean_gap": ("mean cosine gap, positive minus nearest copy", "score"),
+    "mean_loss_floor": ("mean loss floor (nats)", "nats"),
+    "false_negative_gradient_share": ("gradient share of same-product candidates", "share"),
+    "row1_loss": ("row 1 loss (nats)", "nats"),
+    "row2_loss": ("row 2 loss (nats)", "nats"),
+    "row2_with_duplicate_loss": ("row 2 with a copy of its positive (nats)", "nats"),
+    "mean_loss": ("mean loss (nats)", "nats"),
+    # recommendations
+    "recommendation": ("recommendation", "text"),
+    "rests_on": ("rests on", "text"),
+    # the audit
+    "dataset": ("dataset", "text"),
+    "negatives": ("negatives", "count"),
+    "false_negatives": ("negatives of the positive's product", "count"),
+    "false_negative_rate": ("negatives of the positive's product (%)", "share"),
+    "exact_copy_negatives": ("negatives that copy the positive's text", "count"),
+    "exact_copy_rate": ("negatives that copy the positive's text (%)", "share"),
+    "share_of_rows_with_false_negative": ("rows with a same-product negative (%)", "share"),
+    "anchor": ("anchor", "text"),
+    "positive": ("positive", "text"),
+    "negative (same product)": ("negative (same product)", "text"),
+    "score": ("cosine", "score"),
+    # a day-2 build
+    "build_number": ("build number", "count"),
+    "products_new": ("product ids born", "count"),
+    "products_merged": ("product ids merged", "count"),
+    "products_split": ("product ids split", "count"),
+    "products_removed": ("product ids removed", "count"),
+    "titles_unchanged": ("titles unchanged", "count"),
+    "pairs_reused": ("verified pairs reused", "count"),
+    "queries_reused": ("queries whose negatives were reused", "count"),
+    "queries_mined": ("queries mined again", "count"),
+    "change": ("change", "text"),
+    "other_product_id": ("other product id", "text"),
+}
+
+
+READINGS: dict[str, str] = {
+    "accounting": "Every stage accounts for its rows: kept plus dropped equals rows in; mining "
+    "drops most of its candidates by design, keeping the few best negatives per query.",
+    "changes": "Product ids born, merged, split and removed since the previous build: merges and "
+    "splits are where a trainer's labels moved.",
+    "cluster-sizes": "Every product right of 1 has copies, and each copy can land in a batch as "
+    "a negative for its own product.",
+    "vetoes": "Candidate pairs kept apart because an attribute differs (capacity, generation, "
+    "model code): the real variants a looser dedupe would merge.",
+    "collisions": "Same-product negatives an anchor meets per batch as the batch grows: random "
+    "batches (expected) against the order pairsieve wrote (realised); the gap between the "
+    "exact-text and product bars is what exact-text dedupe misses.",
+    "dropped-reasons": "Why retrieved candidates were not kept as negatives; 'same_product' is "
+    "the positive's own product under another listing, which a text-only miner would keep.",
+    "scores": "Where positives and negatives score against the query: same-product candidates "
+    "score like positives, which makes them the hardest negatives and the wrong ones.",
+    "quality": "Precision, recall and F1 of the product ids against the catalog's ground truth, "
+    "counted over pairs of listings and per listing (B-cubed).",
+    "loss-floor": "The loss a row cannot go below while a copy of its positive sits among its "
+    "negatives: it grows as the temperature falls.",
+    "gradient-share": "The share of the push on negatives that goes to same-product candidates: "
+    "at low temperature a few of them take most of it.",
+    "worked-example": "The two-row example: a copy of row 2's positive among its negatives lifts "
+    "its loss, and the lift grows as the temperature falls.",
+    "false-negative-rate": "Exact copies are what a text-level check finds; same-product "
+    "negatives are what the trainer actually meets.",
+}
+
+
+def label(key: str) -> str:
+    """The reader's name of ``key`` (the key itself for one no label names)."""
+    return LABELS.get(key, (key, "text"))[0]
+
+
+def _number(value: float) -> str:
+    """Three significant digits, never in exponent notation."""
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{digits}f}"
+
+
+def value_text(key: str, value: Any) -> str:
+    """``value`` written for the reader by the kind of ``key``, HTML-escaped."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    kind = LABELS.get(key, (key, "text"))[1]
+    if isinstance(value, bool) or kind == "flag":
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        if kind == "share":
+            return f"{_number(100 * value)}%"
+        if kind in ("score", "nats"):
+            return f"{value:.3f}"
+        if kind == "count" or isinstance(value, int):
+            return f"{round(value):,}"
+        return _number(value)
+    return html.escape(str(value))
