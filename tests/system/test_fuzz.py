@@ -46,6 +46,7 @@ from pairsieve.schemas import (
     QUARANTINE_FILE,
     QUERY,
     REASON,
+    REPORT_HTML,
     ROW_NUMBER,
     SOURCE_FILE,
     STAGE_JSON,
@@ -505,6 +506,81 @@ def test_fuzzed_valid_inputs_balance_every_stage(encoder, session_cache_dir, mon
             for result in results:
                 assert result.balanced(), result.summary()
             assert [r.stage for r in results] == ["ingest", "cluster", "mine", "shards", "report"]
+
+    check()
+
+
+_BAD_TITLES = [None, "", "   ", "\t \n", "bad\x00nul", "bell\x07", "esc\x1b[31m", "\x7f"]
+
+
+@st.composite
+def all_bad_case(draw: Any) -> tuple[Table, Table]:
+    """Inputs ingest keeps nothing of: every title blank or holding a control character, or
+    every click naming a listing the catalog lacks."""
+    catalog = draw(catalog_table(valid_enough=True))
+    clicks = draw(clicks_table(catalog, valid_enough=True))
+    if draw(st.booleans()):
+        for row in catalog.rows:
+            row[TITLE] = draw(st.sampled_from(_BAD_TITLES))
+    else:
+        for row in clicks.rows:
+            row[LISTING_ID] = draw(st.sampled_from(["absent-1", "absent-2"]))
+    return clicks, catalog
+
+
+def _check_empty_outputs(run_dir: Path, listings: int) -> None:
+    """Every artifact of the stages after ingest exists with its columns: a product row per
+    listing ingest kept, and no negative or training row."""
+    from pairsieve.core.layout import RunLayout
+    from pairsieve.report.stage import load_report
+
+    layout = RunLayout(run_dir)
+    assert pl.read_parquet(layout.products).height == listings
+    assert pl.read_parquet_schema(layout.pairs)
+    for path in (layout.negatives, layout.negatives_dropped):
+        frame = pl.read_parquet(path)
+        assert frame.height == 0 and frame.width > 0, path
+    train = pl.read_parquet(next(layout.shards.glob("train-*.parquet")))
+    assert train.height == 0 and "label" in train.columns
+    assert load_report(layout.report)["accounting"] is not None
+    assert (layout.report / REPORT_HTML).exists()
+
+
+@pytest.mark.slow
+def test_fuzzed_inputs_whose_every_row_is_bad_stop_the_build_and_every_stage_takes_empty_input(
+    encoder, session_cache_dir, monkeypatch
+):
+    """Ingest accounts for every row and keeps none, so a build stops there with
+    `nothing_to_build`. Run on their own, the later stages still end with well-formed empty
+    outputs and balanced accounting, and the report renders."""
+    from pairsieve.config import build_config
+    from pairsieve.errors import PairsieveError
+    from pairsieve.orchestration import steps
+
+    cfg = build_config({"cache_dir": str(session_cache_dir)})
+    monkeypatch.setattr(steps, "_encoder", lambda _cfg: encoder)  # the session's real model
+
+    @settings(max_examples=6, derandomize=True, phases=[Phase.generate], **_SETTINGS)
+    @given(all_bad_case())
+    def check(generated):
+        clicks, catalog = generated
+        with tempfile.TemporaryDirectory(prefix="pairsieve-fuzz-empty-") as tmp:
+            folder = Path(tmp)
+            files = [str(p) for p in write_table(clicks, folder).files]
+            catalog_files = [str(p) for p in write_table(catalog, folder).files]
+            run_dir = folder / "run"
+            ingest = steps.ingest_step(cfg, files, catalog_files, run_dir)
+            assert ingest.balanced(), ingest.summary()
+            with pytest.raises(PairsieveError) as stop:
+                steps.require_rows(ingest, run_dir)
+            assert stop.value.code == "nothing_to_build"
+            listings = ingest.details["catalog"]["rows_out"]
+            cluster = steps.cluster_step(cfg, run_dir)
+            assert cluster.balanced() and cluster.rows_out == listings, cluster.summary()
+            for step in (steps.mine_step, steps.shards_step, steps.report_step):
+                result = step(cfg, run_dir)
+                assert result.balanced() and result.rows_out == 0, result.summary()
+            _check_empty_outputs(run_dir, listings)
 
     check()
 

@@ -291,7 +291,9 @@ def temperature_table(
     candidate add no floor and are left out of both means (their count is reported).
     """
     positive_scores = np.asarray(positive_scores, dtype=np.float64)
-    false_scores = np.asarray(false_scores, dtype=np.float64).reshape(len(positive_scores), -1)
+    false_scores = np.asarray(false_scores, dtype=np.float64)
+    if false_scores.ndim == 1:  # one same-product score per row
+        false_scores = false_scores[:, None]
     nearest = false_scores.max(axis=1, initial=-np.inf)
     has_false = np.isfinite(nearest)
     delta = positive_scores[has_false] - nearest[has_false]
