@@ -482,25 +482,41 @@ def valid_enough_case(draw: Any) -> tuple[Table, Table]:
     return draw(clicks_table(catalog, valid_enough=True)), catalog
 
 
-@pytest.mark.slow
-def test_fuzzed_valid_inputs_balance_every_stage(encoder, session_cache_dir, monkeypatch):
-    """Hostile rows mixed into usable inputs: every stage runs and accounts for its rows."""
+@pytest.fixture
+def stage_cfg(encoder, session_cache_dir, monkeypatch) -> Any:
+    """The config stage steps run with here: the session's cache, and its real model loaded
+    once."""
     from pairsieve.config import build_config
     from pairsieve.orchestration import steps
 
-    cfg = build_config({"cache_dir": str(session_cache_dir)})
-    monkeypatch.setattr(steps, "_encoder", lambda _cfg: encoder)  # the session's real model
+    monkeypatch.setattr(steps, "_encoder", lambda _cfg: encoder)
+    return build_config({"cache_dir": str(session_cache_dir)})
+
+
+def ingest_written(cfg: Any, clicks: Table, catalog: Table, folder: Path) -> tuple[Any, Path]:
+    """Write a generated case into ``folder`` and run the ingest step on it into ``folder/run``."""
+    from pairsieve.orchestration import steps
+
+    files = [str(p) for p in write_table(clicks, folder).files]
+    catalog_files = [str(p) for p in write_table(catalog, folder).files]
+    run_dir = folder / "run"
+    return steps.ingest_step(cfg, files, catalog_files, run_dir), run_dir
+
+
+@pytest.mark.slow
+def test_fuzzed_valid_inputs_balance_every_stage(stage_cfg):
+    """Hostile rows mixed into usable inputs: every stage runs and accounts for its rows."""
+    from pairsieve.orchestration import steps
+
+    cfg = stage_cfg
 
     @settings(max_examples=5, derandomize=True, phases=[Phase.generate], **_SETTINGS)
     @given(valid_enough_case())
     def check(generated):
         clicks, catalog = generated
         with tempfile.TemporaryDirectory(prefix="pairsieve-fuzz-stages-") as tmp:
-            folder = Path(tmp)
-            files = [str(p) for p in write_table(clicks, folder).files]
-            catalog_files = [str(p) for p in write_table(catalog, folder).files]
-            run_dir = folder / "run"
-            results = [steps.ingest_step(cfg, files, catalog_files, run_dir)]
+            ingest, run_dir = ingest_written(cfg, clicks, catalog, Path(tmp))
+            results = [ingest]
             for step in (steps.cluster_step, steps.mine_step, steps.shards_step, steps.report_step):
                 results.append(step(cfg, run_dir))
             for result in results:
@@ -548,28 +564,22 @@ def _check_empty_outputs(run_dir: Path, listings: int) -> None:
 
 @pytest.mark.slow
 def test_fuzzed_inputs_whose_every_row_is_bad_stop_the_build_and_every_stage_takes_empty_input(
-    encoder, session_cache_dir, monkeypatch
+    stage_cfg,
 ):
     """Ingest accounts for every row and keeps none, so a build stops there with
     `nothing_to_build`. Run on their own, the later stages still end with well-formed empty
     outputs and balanced accounting, and the report renders."""
-    from pairsieve.config import build_config
     from pairsieve.errors import PairsieveError
     from pairsieve.orchestration import steps
 
-    cfg = build_config({"cache_dir": str(session_cache_dir)})
-    monkeypatch.setattr(steps, "_encoder", lambda _cfg: encoder)  # the session's real model
+    cfg = stage_cfg
 
     @settings(max_examples=6, derandomize=True, phases=[Phase.generate], **_SETTINGS)
     @given(all_bad_case())
     def check(generated):
         clicks, catalog = generated
         with tempfile.TemporaryDirectory(prefix="pairsieve-fuzz-empty-") as tmp:
-            folder = Path(tmp)
-            files = [str(p) for p in write_table(clicks, folder).files]
-            catalog_files = [str(p) for p in write_table(catalog, folder).files]
-            run_dir = folder / "run"
-            ingest = steps.ingest_step(cfg, files, catalog_files, run_dir)
+            ingest, run_dir = ingest_written(cfg, clicks, catalog, Path(tmp))
             assert ingest.balanced(), ingest.summary()
             with pytest.raises(PairsieveError) as stop:
                 steps.require_rows(ingest, run_dir)

@@ -71,29 +71,22 @@ def test_progress_on_a_terminal_in_a_log_and_in_prefect(build_env, tmp_path):
         assert drawn, f"no bar for {name!r} in:\n{plain[-3000:]}"
         assert drawn[-1][0] == drawn[-1][1], f"{name} ends unfinished: {drawn}"
 
-    logged = subprocess.run(
-        [*build_command(inputs, tmp_path / "log", cache), "--set", "runner.progress_every_s=0"],
-        env=build_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert logged.returncode == 0, logged.stderr[-3000:]
-    assert not re.search(rf"({'|'.join(STEPS)}) +[━╸╺]", logged.stderr)  # no bar off a terminal
-    assert not re.search(r" of [\d,]+ \w+ \(", logged.stderr)  # progress_every_s=0: no lines
-    every = subprocess.run(
-        [*build_command(inputs, tmp_path / "log2", cache), "--set", "runner.progress_every_s=1e-9"],
-        env=build_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert every.returncode == 0, every.stderr[-3000:]
+    def logged(out: str, every_s: str) -> str:
+        """What a build writes to a log (stderr, no terminal) with ``every_s`` between lines."""
+        command = build_command(inputs, tmp_path / out, cache)
+        command += ["--set", f"runner.progress_every_s={every_s}"]
+        done = subprocess.run(command, env=build_env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stderr
+
+    quiet = logged("log", "0")
+    assert not re.search(rf"({'|'.join(STEPS)}) +[━╸╺]", quiet)  # no bar off a terminal
+    assert not re.search(r" of [\d,]+ \w+ \(", quiet)  # progress_every_s=0: no lines
+    every = logged("log2", "1e-9")
     cold_only = ("embedding texts", "computing MinHash signatures")  # the cache is warm now
     for name, unit in STEPS.items():
-        if name in cold_only:
-            continue
-        assert re.search(rf"{name}: ([\d,]+) of \1 {unit} \(100%\)", every.stderr), name
+        if name not in cold_only:
+            assert re.search(rf"{name}: ([\d,]+) of \1 {unit} \(100%\)", every), name
     _check_prefect_artifacts(STEPS)
 
 

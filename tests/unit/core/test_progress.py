@@ -58,15 +58,20 @@ def test_counts_from_many_threads_add_up() -> None:
     assert moved == sorted(moved) and moved[-1] == 4000 and len(moved) == 4000
 
 
-def test_log_lines_say_done_of_total_with_rate(caplog) -> None:
+def logged_lines(caplog, every_s: float, name: str, total: int, unit: str, moves: list[int]):
+    """The lines `LogLines` writes for a step of ``total`` advanced by ``moves``."""
     with (
         caplog.at_level(logging.INFO, logger="pairsieve.core.progress"),
-        progress.shown_by(progress.LogLines(every_s=0)),
-        progress.step("mining hard negatives", 3, "queries") as counter,
+        progress.shown_by(progress.LogLines(every_s)),
+        progress.step(name, total, unit) as counter,
     ):
-        counter.advance(1)
-        counter.advance(2)
-    lines = [r.getMessage() for r in caplog.records]
+        for n in moves:
+            counter.advance(n)
+    return [r.getMessage() for r in caplog.records]
+
+
+def test_log_lines_say_done_of_total_with_rate(caplog) -> None:
+    lines = logged_lines(caplog, 0, "mining hard negatives", 3, "queries", [1, 2])
     assert lines[0].startswith("mining hard negatives: 1 of 3 queries (33%), ")
     assert "left" in lines[0] and lines[0].endswith("left")
     assert lines[-1].startswith("mining hard negatives: 3 of 3 queries (100%), ")
@@ -74,14 +79,8 @@ def test_log_lines_say_done_of_total_with_rate(caplog) -> None:
 
 
 def test_log_lines_wait_their_interval_and_skip_short_steps(caplog) -> None:
-    with (
-        caplog.at_level(logging.INFO, logger="pairsieve.core.progress"),
-        progress.shown_by(progress.LogLines(every_s=3600)),
-        progress.step("writing train shards", 10, "rows") as counter,
-    ):
-        counter.advance(5)
-        counter.advance(5)
-    assert caplog.records == []  # an hour between lines; the step took less than that
+    # an hour between lines, and the step took less than that
+    assert logged_lines(caplog, 3600, "writing train shards", 10, "rows", [5, 5]) == []
 
 
 def test_durations_read_as_a_person_writes_them() -> None:
