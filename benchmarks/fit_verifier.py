@@ -35,9 +35,13 @@ LINKS = (0.2, 0.3, 0.4)
 
 
 class Run:
-    """One clustering run's candidates, features, labels and category per node."""
+    """One clustering run's candidates, features, labels and category per node. With
+    ``source_column`` (a two-shop catalog, whose truth only links listings across shops), a
+    candidate pair is labelled only across shops and scoring counts cross-shop pairs."""
 
-    def __init__(self, cfg: PairsieveConfig, catalog: pl.DataFrame) -> None:
+    def __init__(
+        self, cfg: PairsieveConfig, catalog: pl.DataFrame, source_column: str | None = None
+    ) -> None:
         started = time.perf_counter()
         self.features: dict[str, np.ndarray] = {}
         truth = dict(zip(catalog[S.LISTING_ID], catalog[S.TRUE_PRODUCT_ID], strict=True))
@@ -51,6 +55,13 @@ class Run:
         scored = self.result.scored
         self.a, self.b = scored["a"].to_numpy(), scored["b"].to_numpy()
         self.label = self.node_truth[self.a] == self.node_truth[self.b]
+        self.labelled = np.ones(len(self.a), dtype=bool)
+        self.source = None
+        if source_column is not None:
+            shop = dict(zip(catalog[S.LISTING_ID], catalog[source_column], strict=True))
+            self.source = np.asarray([shop[x] for x in ids], dtype=object)
+            node_source = _majority(nodes, self.source.tolist())
+            self.labelled = node_source[self.a] != node_source[self.b]
         self.vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
         self.category = None
         if S.CATEGORY in catalog.columns:
@@ -68,18 +79,19 @@ class Run:
         )
         labels = linkage.agglomerate(self.result.nodes["count"].to_numpy(), scored, link)
         listing = labels[self.result.frame["_node"].to_numpy()]
+        return self._score(listing, mask)
+
+    def _score(self, listing: np.ndarray, mask: np.ndarray | None):
         truth = np.asarray(self.truth, dtype=object)
+        source = self.source
         if mask is not None:
             listing, truth = listing[mask], truth[mask]
-        return evaluate.score(listing.tolist(), truth.tolist())
+            source = None if source is None else source[mask]
+        return evaluate.score(listing.tolist(), truth.tolist(), source)
 
     def rule_scores(self, mask: np.ndarray | None = None):
         """Scores of the rule verifier's clusters (this run was made with it)."""
-        listing = self.result.listing_labels()
-        truth = np.asarray(self.truth, dtype=object)
-        if mask is not None:
-            listing, truth = listing[mask], truth[mask]
-        return evaluate.score(listing.tolist(), truth.tolist())
+        return self._score(np.asarray(self.result.listing_labels(), dtype=object), mask)
 
 
 def _majority(nodes: np.ndarray, values: list) -> np.ndarray:
@@ -96,20 +108,24 @@ def _majority(nodes: np.ndarray, values: list) -> np.ndarray:
     return np.asarray(top["v"].to_list(), dtype=object)
 
 
-def fit(x: np.ndarray, y: np.ndarray, names: tuple[str, ...]) -> verifier.PairModel:
-    """L2 logistic regression on standardised features, returned on the raw feature scale."""
+def fit(
+    x: np.ndarray, y: np.ndarray, names: tuple[str, ...], weight: np.ndarray | None = None
+) -> verifier.PairModel:
+    """L2 logistic regression on standardised features (rows weighted by ``weight``), returned
+    on the raw feature scale."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
-    scaler = StandardScaler().fit(x)
-    model = LogisticRegression(C=1.0, max_iter=5000).fit(scaler.transform(x), y)
+    scaler = StandardScaler().fit(x, sample_weight=weight)
+    model = LogisticRegression(C=1.0, max_iter=5000)
+    model.fit(scaler.transform(x), y, sample_weight=weight)
     coef = model.coef_[0] / scaler.scale_
     intercept = float(model.intercept_[0] - np.sum(coef * scaler.mean_))
     return verifier.PairModel(names, coef, intercept)
 
 
 def fit_run(run: Run, names: tuple[str, ...], pairs: np.ndarray | None = None):
-    keep = ~run.vetoed if pairs is None else ~run.vetoed & pairs
+    keep = ~run.vetoed & run.labelled if pairs is None else ~run.vetoed & run.labelled & pairs
     return fit(run.matrix(names)[keep], run.label[keep], names)
 
 

@@ -373,14 +373,26 @@ DataRootOpt = Annotated[
 
 @app.command("eval")
 @handle_errors
-def eval_command(
+def eval_command(  # noqa: PLR0913 - one parameter per CLI option
     catalog: CatalogOpt = None,
     truth_column: Annotated[
         str, typer.Option("--truth-column", help="Catalog column with true product ids.")
     ] = "true_product_id",
     dataset: Annotated[
         str | None,
-        typer.Option("--dataset", help="pricerunner or abt-buy (read from --data-root)."),
+        typer.Option(
+            "--dataset",
+            help="pricerunner, abt-buy, walmart-amazon, altosight or alaska-cameras (read from "
+            "--data-root); two-shop catalogs are scored on cross-shop pairs.",
+        ),
+    ] = None,
+    source_column: Annotated[
+        str | None,
+        typer.Option(
+            "--source-column",
+            help="Catalog column naming each listing's shop: pairwise figures count only pairs "
+            "across shops (for a truth that links listings across shops only).",
+        ),
     ] = None,
     data_root: DataRootOpt = None,
     config: ConfigOpt = None,
@@ -390,11 +402,16 @@ def eval_command(
     from rich.table import Table
 
     from pairsieve.cluster import evaluate
+    from pairsieve.datasets.benchmarks import benchmark
+    from pairsieve.schemas import SELLER_ID
 
     cfg = config_from_cli(config, overrides)
     frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
-    scores = evaluate.compare(cfg, frame, truth_column)
-    table = Table(title=f"clustering vs {truth_column} ({len(frame)} listings)")
+    if dataset is not None and source_column is None and benchmark(dataset).cross_source:
+        source_column = SELLER_ID
+    scores = evaluate.compare(cfg, frame, truth_column, source_column=source_column)
+    pairs = f", cross-{source_column} pairs" if source_column else ""
+    table = Table(title=f"clustering vs {truth_column} ({len(frame)} listings{pairs})")
     fields = {
         "pairwise_precision": "pair P",
         "pairwise_recall": "pair R",

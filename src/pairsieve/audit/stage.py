@@ -35,6 +35,7 @@ from pairsieve.report.stage import (
     recommendations_section,
     write_report,
 )
+from pairsieve.report.temperature import temperature_section
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +313,7 @@ def score_sections(cfg: PairsieveConfig, labelled: pl.DataFrame) -> tuple[dict, 
     scores = labelled[S.NEGATIVE_SCORES].to_list()
     false, true = _split(scores, flags, True), _split(scores, flags, False)
     positive_scores = labelled[S.POSITIVE_SCORE].to_numpy()
-    temperature = R.temperature_section(cfg, positive_scores, padded(false), padded(true))
+    temperature = temperature_section(cfg, positive_scores, padded(false), padded(true))
     n_false = sum(len(x) for x in false)
     hard = R.hard_negatives_section(
         {"negatives": n_false + sum(len(x) for x in true), "false_negatives": n_false},

@@ -8,6 +8,10 @@ pair lists, so they cost O(n) even when a giant predicted cluster holds millions
   contribute no pairs.
 - B-cubed (Bagga & Baldwin 1998): per listing, precision = |pred ∩ true| / |pred| and recall =
   |pred ∩ true| / |true| of its own clusters, averaged over listings. Singletons count.
+
+A two-shop benchmark's truth only links listings across its shops, so a merge inside one shop is
+unlabelled, not wrong. Given each listing's ``source``, the pairwise figures count only pairs of
+listings from different sources (B-cubed, a per-listing figure, stays over all pairs).
 """
 
 from __future__ import annotations
@@ -56,27 +60,44 @@ def _pairs(sizes: np.ndarray) -> int:
     return int(np.sum(sizes * (sizes - 1) // 2))
 
 
-def score(predicted: Sequence[Any] | pl.Series, truth: Sequence[Any] | pl.Series) -> Scores:
-    """Scores of predicted cluster labels against true labels (same length, aligned by row).
+def _cross_pairs(frame: pl.DataFrame, keys: list[str], source: bool) -> int:
+    """Pairs of rows sharing ``keys``; with ``source``, only pairs from different sources."""
+    pairs = _pairs(frame.group_by(keys).len()["len"].to_numpy())
+    if source:
+        pairs -= _pairs(frame.group_by([*keys, "source"]).len()["len"].to_numpy())
+    return pairs
+
+
+def score(
+    predicted: Sequence[Any] | pl.Series,
+    truth: Sequence[Any] | pl.Series,
+    source: Sequence[Any] | pl.Series | None = None,
+) -> Scores:
+    """Scores of predicted cluster labels against true labels (same length, aligned by row);
+    with ``source`` (each listing's shop), pairwise figures count cross-source pairs only.
 
     Labels may be any hashable values (strings, ints); only equality matters.
 
     Raises:
-        ValueError: when the two label sequences differ in length or are empty.
+        ValueError: when the label sequences differ in length or are empty.
     """
     pred = pl.Series("pred", predicted).cast(pl.String)
     true = pl.Series("true", truth).cast(pl.String)
-    if len(pred) != len(true) or len(pred) == 0:
-        raise ValueError(f"need two equally long, non-empty label lists ({len(pred)}, {len(true)})")
-    frame = pl.DataFrame([pred, true])
+    columns = [pred, true]
+    if source is not None:
+        columns.append(pl.Series("source", source).cast(pl.String))
+    if len({len(c) for c in columns}) != 1 or len(pred) == 0:
+        raise ValueError(f"need equally long, non-empty label lists ({[len(c) for c in columns]})")
+    frame = pl.DataFrame(columns)
     cells = frame.group_by("pred", "true").len("n_ij")
     pred_sizes = frame.group_by("pred").len("n_i")
     true_sizes = frame.group_by("true").len("n_j")
     cells = cells.join(pred_sizes, on="pred").join(true_sizes, on="true")
     n_ij = cells["n_ij"].to_numpy().astype(np.float64)
-    correct = _pairs(cells["n_ij"].to_numpy())
-    predicted_pairs = _pairs(pred_sizes["n_i"].to_numpy())
-    true_pairs = _pairs(true_sizes["n_j"].to_numpy())
+    cross = source is not None
+    correct = _cross_pairs(frame, ["pred", "true"], cross)
+    predicted_pairs = _cross_pairs(frame, ["pred"], cross)
+    true_pairs = _cross_pairs(frame, ["true"], cross)
     p_pair = correct / predicted_pairs if predicted_pairs else 1.0
     r_pair = correct / true_pairs if true_pairs else 1.0
     n = float(len(pred))
@@ -104,40 +125,43 @@ BASELINES = {
 
 
 def compare(
-    cfg: PairsieveConfig, catalog: pl.DataFrame, truth_column: str, encoder: Encoder | None = None
+    cfg: PairsieveConfig,
+    catalog: pl.DataFrame,
+    truth_column: str,
+    encoder: Encoder | None = None,
+    source_column: str | None = None,
 ) -> dict[str, Scores]:
-    """Scores of pairsieve and of the baselines on one catalog, all from the same candidates.
+    """Scores of pairsieve and of the baselines on one catalog, all from the same candidates;
+    with ``source_column`` (the shop of each listing) pairwise figures count cross-shop pairs.
 
     Baselines: exact normalised title; connected components over MinHash LSH
     candidates; connected components over embedding kNN candidates. The clusterer never sees
     ``truth_column``: it is dropped before clustering.
 
     Raises:
-        PairsieveError: ``missing_column`` when the truth column is absent.
+        PairsieveError: ``missing_column`` when the truth or source column is absent.
     """
     from pairsieve.cluster.stage import cluster_listings
 
-    if truth_column not in catalog.columns:
-        raise PairsieveError(
-            "missing_column",
-            "truth column not in catalog",
-            column=truth_column,
-            knob="--truth-column",
-        )
-    truth_by_id = dict(
-        zip(
-            catalog[S.LISTING_ID].cast(pl.String).to_list(),
-            catalog[truth_column].cast(pl.String).to_list(),
-            strict=True,
-        )
-    )
+    for column, knob in ((truth_column, "--truth-column"), (source_column, "--source-column")):
+        if column is not None and column not in catalog.columns:
+            raise PairsieveError(
+                "missing_column", f"{knob} names no catalog column", column=column, knob=knob
+            )
+    ids = catalog[S.LISTING_ID].cast(pl.String).to_list()
+    truth_by_id = dict(zip(ids, catalog[truth_column].cast(pl.String).to_list(), strict=True))
     result = cluster_listings(cfg, catalog.drop(truth_column), encoder)
-    truth = [truth_by_id[x] for x in result.frame[S.LISTING_ID].to_list()]
-    scores = {"pairsieve": score(result.listing_labels(), truth)}
+    order = result.frame[S.LISTING_ID].to_list()
+    truth = [truth_by_id[x] for x in order]
+    source = None
+    if source_column is not None:
+        source_by_id = dict(zip(ids, catalog[source_column].cast(pl.String).to_list(), strict=True))
+        source = [source_by_id[x] for x in order]
+    scores = {"pairsieve": score(result.listing_labels(), truth, source)}
     for name, signal in BASELINES.items():
         if signal == "embedding" and not cfg.cluster.use_embeddings:
             continue
-        scores[name] = score(result.components(signal), truth)
+        scores[name] = score(result.components(signal), truth, source)
     return scores
 
 
@@ -160,10 +184,6 @@ def load_eval_catalog(
         raise PairsieveError(
             "bad_argument", f"--dataset {dataset} needs --data-root (or PAIRSIEVE_DATA_ROOT)"
         )
-    if dataset == "pricerunner":
-        from pairsieve.datasets.pricerunner import load_catalog
-    elif dataset == "abt-buy":
-        from pairsieve.datasets.abtbuy import load_catalog
-    else:
-        raise PairsieveError("bad_argument", f"unknown data set {dataset!r} (pricerunner, abt-buy)")
-    return load_catalog(data_root)
+    from pairsieve.datasets.benchmarks import benchmark
+
+    return benchmark(dataset).load(data_root)

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.datasets.pricerunner import find_file
+from pairsieve.datasets.files import components, find_file
 
 FOLDER = "abt-buy"
 _PRICE = pl.col("price").str.replace_all(r"[$,\s]", "").cast(pl.Float64, strict=False)
@@ -29,23 +29,6 @@ def _shop(path: Path, shop: str, encoding: str) -> pl.DataFrame:
         _PRICE.alias(S.PRICE),
         pl.lit(shop).alias(S.SELLER_ID),
     )
-
-
-def components(nodes: list[str], edges: list[tuple[str, str]]) -> dict[str, str]:
-    """Union-find: each node -> the smallest node id of its connected component."""
-    parent = {node: node for node in nodes}
-
-    def root(node: str) -> str:
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-    for a, b in edges:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return {node: root(node) for node in nodes}
 
 
 def load_catalog(root: Path) -> pl.DataFrame:

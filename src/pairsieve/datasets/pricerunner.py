@@ -11,6 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.datasets.files import find_file
 from pairsieve.errors import PairsieveError
 
 FILE_NAME = "pricerunner_aggregate.csv"
@@ -22,20 +23,6 @@ _SOURCE_COLUMNS = {
     "cluster_label": pl.String,
     "category_label": pl.String,
 }
-
-
-def find_file(root: Path, name: str, folder: str) -> Path:
-    """``root/name`` or ``root/folder/name`` (root may be the data root or the data set folder).
-
-    Raises:
-        PairsieveError: ``missing_file`` when neither exists.
-    """
-    for candidate in (Path(root) / name, Path(root) / folder / name):
-        if candidate.is_file():
-            return candidate
-    raise PairsieveError(
-        "missing_file", f"{name} not found under {root} (or {folder}/ below it)", file=str(root)
-    )
 
 
 def load_catalog(root: Path) -> pl.DataFrame:

@@ -28,6 +28,7 @@ from pairsieve.report import html as report_html
 from pairsieve.report import sections as R
 from pairsieve.report.headline import headline_section
 from pairsieve.report.labels import label, value_text
+from pairsieve.report.temperature import temperature_section
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +191,7 @@ def temperature_from_run(cfg: PairsieveConfig, mined: MineScores | None) -> dict
     true = mined.kept.group_by(_PAIR).agg(pl.col(S.SCORE).alias("_true"))
     rows = mined.positives.join(false, on=_PAIR, how="left").join(true, on=_PAIR, how="left")
     rows = rows.sort(_PAIR)
-    return R.temperature_section(
+    return temperature_section(
         cfg,
         rows[S.POSITIVE_SCORE].to_numpy().astype(np.float64),
         padded(rows["_false"].to_list()),

@@ -10,9 +10,11 @@ import pytest
 from pairsieve.cluster import evaluate
 
 
-def _brute(pred: list[int], true: list[int]) -> dict[str, float]:
+def _brute(pred: list[int], true: list[int], source: list[int] | None = None) -> dict[str, float]:
     n = len(pred)
     pairs = list(itertools.combinations(range(n), 2))
+    if source is not None:  # pairwise figures over cross-source pairs only
+        pairs = [(i, j) for i, j in pairs if source[i] != source[j]]
     same_pred = {p for p in pairs if pred[p[0]] == pred[p[1]]}
     same_true = {p for p in pairs if true[p[0]] == true[p[1]]}
     correct = len(same_pred & same_true)
@@ -51,6 +53,29 @@ def test_metrics_match_brute_force(seed: int) -> None:
     assert got.bcubed_recall == pytest.approx(want["b3r"], abs=1e-4)
     assert got.clusters == len(set(pred))
     assert got.largest_cluster == max(pred.count(x) for x in set(pred))
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_cross_source_pairs_match_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    pred = [rng.randint(0, rng.randint(1, 8)) for _ in range(n)]
+    true = [rng.randint(0, rng.randint(1, 8)) for _ in range(n)]
+    shop = [rng.randint(0, 2) for _ in range(n)]
+    got = evaluate.score(pred, true, shop)
+    want = _brute(pred, true, shop)
+    assert got.pairwise_precision == pytest.approx(want["p"], abs=1e-4)
+    assert got.pairwise_recall == pytest.approx(want["r"], abs=1e-4)
+    assert got.bcubed_precision == pytest.approx(_brute(pred, true)["b3p"], abs=1e-4)
+
+
+def test_a_merge_inside_one_shop_is_not_counted_across_shops() -> None:
+    # two shops; the truth links a1-b1 only; the clustering also merges a1 with a2 (same shop)
+    pred, true, shop = ["x", "x", "x"], ["p", "p", "q"], ["a", "b", "a"]
+    across = evaluate.score(pred, true, shop)
+    assert (across.predicted_pairs, across.true_pairs) == (2, 1)
+    assert across.pairwise_precision == 0.5 and across.pairwise_recall == 1.0
+    assert evaluate.score(pred, true).predicted_pairs == 3
 
 
 def test_perfect_and_all_in_one() -> None:

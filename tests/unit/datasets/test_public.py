@@ -164,3 +164,42 @@ def test_query_edits_look_like_shoppers():
     assert plain.str.to_lowercase().str.replace(" gb", "gb").unique().to_list() == [
         "apple iphone 8 plus 64gb space grey"
     ]
+
+
+def test_the_five_benchmarks_load_under_their_names(shared_data):
+    from pairsieve.datasets.benchmarks import BENCHMARKS, benchmark
+
+    expected = {  # listings, products, from each data set's README
+        "pricerunner": (35_311, 13_233),
+        "abt-buy": (2_173, 1_076),
+        "walmart-amazon": (24_623, 24_623 - 853),
+        "altosight": (13_958, 456),
+        "alaska-cameras": (5_786, None),
+    }
+    assert list(BENCHMARKS) == list(expected)
+    for name, (listings, products) in expected.items():
+        cat = benchmark(name).load(shared_data)
+        assert cat.height == listings and cat[S.LISTING_ID].is_unique().all(), name
+        assert cat[S.TITLE].null_count() == 0 and cat[S.TRUE_PRODUCT_ID].null_count() == 0, name
+        if products is not None:
+            assert cat[S.TRUE_PRODUCT_ID].n_unique() == products, name
+    with pytest.raises(PairsieveError) as unknown:
+        benchmark("walmart")
+    assert unknown.value.code == "bad_argument" and "walmart-amazon" in unknown.value.message
+
+
+def test_match_lists_become_products(shared_data):
+    from pairsieve.datasets import alaska, walmart_amazon
+
+    walmart = walmart_amazon.load_catalog(shared_data)
+    truth = dict(zip(walmart[S.LISTING_ID], walmart[S.TRUE_PRODUCT_ID], strict=True))
+    gt = pl.read_csv(shared_data / "walmart-amazon" / "gt.csv", separator="|", infer_schema=False)
+    assert all(truth[f"walmart:{a}"] == truth[f"amazon:{b}"] for a, b in gt.iter_rows())
+    # the truth links the shops only: no product holds two listings of one shop
+    assert walmart.select(S.TRUE_PRODUCT_ID, S.SELLER_ID).is_duplicated().sum() == 0
+    cameras = alaska.load_catalog(shared_data)
+    truth = dict(zip(cameras[S.LISTING_ID], cameras[S.TRUE_PRODUCT_ID], strict=True))
+    matches = pl.read_csv(shared_data / "alaska-cameras" / "matches.csv", infer_schema=False)
+    linked = [(a, b) for a, b in matches.iter_rows() if a in truth and b in truth]
+    assert len(linked) > 11_000 and all(truth[a] == truth[b] for a, b in linked)
+    assert cameras[S.SELLER_ID].value_counts().sort("count")[-1, S.SELLER_ID] == "www.ebay.com"

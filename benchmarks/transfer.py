@@ -1,0 +1,140 @@
+"""Leave-one-catalog-out: how pairsieve's same-product judgement carries to a catalog it was not
+fitted on.
+
+For each of the five benchmark catalogs, the pair model's coefficients are fitted on the other
+four (their candidate pairs pooled, each catalog weighted equally) and (accept_probability,
+link_threshold) are picked on those four: the pair with the best mean pairwise F1 among those
+keeping pairwise precision at least ``--min-precision`` on each of them. Then the fifth is
+measured, beside today's default (the shipped verifier.json and default thresholds) on the same
+candidates. Two-shop catalogs (Abt-Buy, Walmart-Amazon) are scored on cross-shop pairs and
+contribute only cross-shop pairs as training labels: their truth says nothing inside a shop.
+
+No catalog's labels are seen while it is measured (`held_out_splits`, tested).
+
+Usage: python benchmarks/transfer.py --data-root ../shared/data [--write]
+(--write refits on all five and stores verifier.json after printing the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from fit_verifier import Run, fit  # noqa: E402 - the sibling benchmark's run and fit
+
+from pairsieve import schemas as S
+from pairsieve.cluster import verifier
+from pairsieve.cluster.verify import resolved_link_threshold
+from pairsieve.config import PairsieveConfig
+from pairsieve.datasets.benchmarks import BENCHMARKS
+
+PROBABILITIES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+LINKS = (0.2, 0.3, 0.4, 0.5)
+
+
+def held_out_splits(names: list[str]) -> list[tuple[list[str], str]]:
+    """(the catalogs fitted on, the catalog measured) for each catalog in turn."""
+    return [([n for n in names if n != held], held) for held in names]
+
+
+def pooled_model(runs: dict[str, Run], fitted_on: list[str], names: tuple[str, ...]):
+    """The pair model fitted on the labelled, unvetoed pairs of ``fitted_on``, each catalog
+    weighing the same in total."""
+    xs, ys, ws = [], [], []
+    for name in fitted_on:
+        run = runs[name]
+        keep = ~run.vetoed & run.labelled
+        xs.append(run.matrix(names)[keep])
+        ys.append(run.label[keep])
+        ws.append(np.full(int(keep.sum()), 1.0 / max(int(keep.sum()), 1)))
+    weight = np.concatenate(ws)
+    return fit(np.vstack(xs), np.concatenate(ys), names, weight * len(weight) / weight.sum())
+
+
+def pick_thresholds(runs, fitted_on, model, min_precision: float) -> tuple[float, float]:
+    """(accept_probability, link_threshold) with the best mean pairwise F1 over ``fitted_on``
+    among those keeping every one of them at ``min_precision`` (all pairs when none does)."""
+    grid = []
+    probability = {name: model.probability(runs[name].features) for name in fitted_on}
+    for accept in PROBABILITIES:
+        for link in LINKS:
+            scores = [runs[n].scores(probability[n], accept, link) for n in fitted_on]
+            precise = min(s.pairwise_precision for s in scores) >= min_precision
+            grid.append((precise, float(np.mean([s.pairwise_f1 for s in scores])), accept, link))
+    best = max(grid)
+    return best[2], best[3]
+
+
+def _cells(s) -> str:
+    pair = f"{s.pairwise_precision:.3f} | {s.pairwise_recall:.3f} | **{s.pairwise_f1:.3f}**"
+    return f"{pair} | {s.bcubed_f1:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--min-precision", type=float, default=0.75)
+    parser.add_argument(
+        "--write", action="store_true", help="refit on all five, store verifier.json"
+    )
+    args = parser.parse_args()
+    base = PairsieveConfig()
+    default_model = verifier.load_model()
+    default_link = resolved_link_threshold(base.cluster)
+    runs: dict[str, Run] = {}
+    for name, bench in BENCHMARKS.items():
+        catalog = bench.load(args.data_root)
+        runs[name] = Run(base, catalog, S.SELLER_ID if bench.cross_source else None)
+        print(
+            f"{name}: {catalog.height:,} listings, candidates {len(runs[name].a):,}, "
+            f"{runs[name].seconds:.0f} s",
+            flush=True,
+        )
+    names = default_model.features
+    print(
+        "\n| catalog | default: pair P | pair R | pair F1 | B3 F1 | leave-one-out (accept, link) "
+        "| pair P | pair R | pair F1 | B3 F1 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    totals = {"default": [], "held out": []}
+    started = time.perf_counter()
+    for fitted_on, held in held_out_splits(list(runs)):
+        model = pooled_model(runs, fitted_on, names)
+        accept, link = pick_thresholds(runs, fitted_on, model, args.min_precision)
+        run = runs[held]
+        today = run.scores(
+            default_model.probability(run.features), base.cluster.accept_probability, default_link
+        )
+        measured = run.scores(model.probability(run.features), accept, link)
+        totals["default"].append(today.pairwise_f1)
+        totals["held out"].append(measured.pairwise_f1)
+        print(f"| {held} | {_cells(today)} | ({accept}, {link}) | {_cells(measured)} |", flush=True)
+    print(
+        f"\nmean pairwise F1: default {np.mean(totals['default']):.3f}, "
+        f"leave-one-out {np.mean(totals['held out']):.3f} ({time.perf_counter() - started:.0f} s)"
+    )
+    if args.write:
+        everything = list(runs)
+        model = pooled_model(runs, everything, names)
+        accept, link = pick_thresholds(runs, everything, model, args.min_precision)
+        doc = {
+            "description": "Logistic regression P(same product) per candidate pair on raw "
+            "features; fitted by benchmarks/transfer.py on the candidate pairs of the five "
+            "benchmark catalogs (each weighing the same; two-shop catalogs cross-shop pairs "
+            "only; attribute-vetoed pairs excluded), L2 C=1 on standardised features.",
+            "features": list(model.features),
+            "coef": [round(float(c), 6) for c in model.coef],
+            "intercept": round(model.intercept, 6),
+            "fitted_pairs": int(sum((~r.vetoed & r.labelled).sum() for r in runs.values())),
+            "accept_probability": accept,
+            "link_threshold": link,
+        }
+        verifier.MODEL_FILE.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {verifier.MODEL_FILE} (accept_probability {accept}, link_threshold {link})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The leave-one-catalog-out benchmark never reads the measured catalog's labels while fitting."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import numpy as np
+import pytest
+
+from pairsieve.cluster.evaluate import score
+from tests.paths import REPO
+
+
+@pytest.fixture(scope="module")
+def transfer(monkeypatch_module):
+    monkeypatch_module.syspath_prepend(str(REPO / "benchmarks"))
+    module = importlib.import_module("transfer")
+    yield module
+    sys.modules.pop("transfer", None)
+    sys.modules.pop("fit_verifier", None)
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+class FakeRun:
+    """A catalog's candidate pairs and labels; reading them is recorded."""
+
+    def __init__(self, name: str, seed: int, read: list[str]) -> None:
+        rng = np.random.default_rng(seed)
+        self.name, self.read = name, read
+        self.features = {"cosine": rng.random(200), "jaccard": rng.random(200)}
+        self._label = self.features["cosine"] + 0.3 * rng.random(200) > 0.8
+        self.vetoed = np.zeros(200, dtype=bool)
+        self.labelled = np.ones(200, dtype=bool)
+
+    @property
+    def label(self) -> np.ndarray:
+        self.read.append(self.name)
+        return self._label
+
+    def matrix(self, names):
+        return np.column_stack([self.features[n] for n in names])
+
+    def scores(self, p, accept, link):
+        self.read.append(self.name)
+        return score((p >= accept).astype(int).tolist(), self._label.astype(int).tolist())
+
+
+def test_each_catalog_is_measured_by_a_model_fitted_without_it(transfer):
+    names = ["pricerunner", "abt-buy", "walmart-amazon", "altosight", "alaska-cameras"]
+    splits = transfer.held_out_splits(names)
+    assert [held for _, held in splits] == names
+    for fitted_on, held in splits:
+        assert held not in fitted_on and sorted([*fitted_on, held]) == sorted(names)
+        read: list[str] = []
+        runs = {name: FakeRun(name, i, read) for i, name in enumerate(names)}
+        model = transfer.pooled_model(runs, fitted_on, ("cosine", "jaccard"))
+        accept, link = transfer.pick_thresholds(runs, fitted_on, model, 0.5)
+        assert held not in read and set(read) == set(fitted_on)
+        assert accept in transfer.PROBABILITIES and link in transfer.LINKS
+        assert model.coef[0] > 0  # the labels follow the cosine
