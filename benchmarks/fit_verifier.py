@@ -52,7 +52,7 @@ class Run:
         self.truth = [truth[x] for x in ids]
         nodes = self.result.frame["_node"].to_numpy()
         self.node_truth = _majority(nodes, self.truth)
-        scored = self.result.scored
+        self.scored = scored = self.result.scored
         self.a, self.b = scored["a"].to_numpy(), scored["b"].to_numpy()
         self.label = self.node_truth[self.a] == self.node_truth[self.b]
         self.labelled = np.ones(len(self.a), dtype=bool)
@@ -69,12 +69,23 @@ class Run:
             self.listing_half = np.isin([cats[x] for x in ids], HALF_A)
             self.category = _majority(nodes, [cats[x] in HALF_A for x in ids])
 
+    def soften(self, reasons: tuple[str, ...]) -> None:
+        """Take the vetoes ``reasons`` as evidence instead of a decision: each becomes a 0/1
+        feature of the pair model (``veto_<reason>``) and stops blocking merges."""
+        reason = self.scored[S.VETO_REASON]
+        for name in reasons:
+            self.features[f"veto_{name}"] = (reason == name).fill_null(False).to_numpy()
+        soft = reason.is_in(list(reasons)).fill_null(False)
+        kept = pl.when(soft).then(None).otherwise(reason).alias(S.VETO_REASON)
+        self.scored = self.scored.with_columns(kept)
+        self.vetoed = self.scored[S.VETO_REASON].is_not_null().to_numpy()
+
     def matrix(self, names: tuple[str, ...]) -> np.ndarray:
         return np.column_stack([self.features[n].astype(np.float64) for n in names])
 
     def scores(self, p: np.ndarray, accept: float, link: float, mask: np.ndarray | None = None):
         """Scores of clustering with pair probabilities ``p`` (listings in ``mask`` only)."""
-        scored = self.result.scored.with_columns(
+        scored = self.scored.with_columns(
             pl.Series("score", p), pl.Series(S.ACCEPTED, ~self.vetoed & (p >= accept))
         )
         labels = linkage.agglomerate(self.result.nodes["count"].to_numpy(), scored, link)

@@ -11,14 +11,15 @@ contribute only cross-shop pairs as training labels: their truth says nothing in
 
 No catalog's labels are seen while it is measured (`held_out_splits`, tested).
 
-Usage: python benchmarks/transfer.py --data-root ../shared/data [--write]
-(--write refits on all five and stores verifier.json after printing the table).
+``--soft-vetoes low_information,pixels_conflict`` takes those attribute vetoes as features of
+the pair model instead of decisions (``all``: every veto), to measure what the hard rules cost.
+
+Usage: python benchmarks/transfer.py --data-root ../shared/data [--soft-vetoes R,...]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -31,8 +32,8 @@ from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
 
-PROBABILITIES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-LINKS = (0.2, 0.3, 0.4, 0.5)
+PROBABILITIES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+LINKS = (0.1, 0.2, 0.3, 0.4, 0.5)
 
 
 def held_out_splits(names: list[str]) -> list[tuple[list[str], str]]:
@@ -68,6 +69,15 @@ def pick_thresholds(runs, fitted_on, model, min_precision: float) -> tuple[float
     return best[2], best[3]
 
 
+def _soft_vetoes(spec: str, runs: dict[str, Run]) -> tuple[str, ...]:
+    if spec != "all":
+        return tuple(r for r in spec.split(",") if r)
+    found = set().union(
+        *(set(r.scored[S.VETO_REASON].drop_nulls().unique()) for r in runs.values())
+    )
+    return tuple(sorted(found))
+
+
 def _cells(s) -> str:
     pair = f"{s.pairwise_precision:.3f} | {s.pairwise_recall:.3f} | **{s.pairwise_f1:.3f}**"
     return f"{pair} | {s.bcubed_f1:.3f}"
@@ -77,14 +87,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
     parser.add_argument("--min-precision", type=float, default=0.75)
-    parser.add_argument(
-        "--write", action="store_true", help="refit on all five, store verifier.json"
-    )
+    parser.add_argument("--soft-vetoes", default="", help="veto reasons taken as features")
     args = parser.parse_args()
     base = PairsieveConfig()
     default_model = verifier.load_model()
     default_link = resolved_link_threshold(base.cluster)
     runs: dict[str, Run] = {}
+    today = {}  # the shipped model and thresholds, vetoes as shipped
     for name, bench in BENCHMARKS.items():
         catalog = bench.load(args.data_root)
         runs[name] = Run(base, catalog, S.SELLER_ID if bench.cross_source else None)
@@ -93,7 +102,13 @@ def main() -> None:
             f"{runs[name].seconds:.0f} s",
             flush=True,
         )
-    names = default_model.features
+        shipped = default_model.probability(runs[name].features)
+        today[name] = runs[name].scores(shipped, base.cluster.accept_probability, default_link)
+    soft = _soft_vetoes(args.soft_vetoes, runs)
+    for run in runs.values():
+        run.soften(soft)
+    names = (*default_model.features, *(f"veto_{reason}" for reason in soft))
+    print(f"soft vetoes: {', '.join(soft) or 'none'}")
     print(
         "\n| catalog | default: pair P | pair R | pair F1 | B3 F1 | leave-one-out (accept, link) "
         "| pair P | pair R | pair F1 | B3 F1 |"
@@ -105,35 +120,15 @@ def main() -> None:
         model = pooled_model(runs, fitted_on, names)
         accept, link = pick_thresholds(runs, fitted_on, model, args.min_precision)
         run = runs[held]
-        today = run.scores(
-            default_model.probability(run.features), base.cluster.accept_probability, default_link
-        )
         measured = run.scores(model.probability(run.features), accept, link)
-        totals["default"].append(today.pairwise_f1)
+        totals["default"].append(today[held].pairwise_f1)
         totals["held out"].append(measured.pairwise_f1)
-        print(f"| {held} | {_cells(today)} | ({accept}, {link}) | {_cells(measured)} |", flush=True)
+        cells = f"{_cells(today[held])} | ({accept}, {link}) | {_cells(measured)}"
+        print(f"| {held} | {cells} |", flush=True)
     print(
         f"\nmean pairwise F1: default {np.mean(totals['default']):.3f}, "
         f"leave-one-out {np.mean(totals['held out']):.3f} ({time.perf_counter() - started:.0f} s)"
     )
-    if args.write:
-        everything = list(runs)
-        model = pooled_model(runs, everything, names)
-        accept, link = pick_thresholds(runs, everything, model, args.min_precision)
-        doc = {
-            "description": "Logistic regression P(same product) per candidate pair on raw "
-            "features; fitted by benchmarks/transfer.py on the candidate pairs of the five "
-            "benchmark catalogs (each weighing the same; two-shop catalogs cross-shop pairs "
-            "only; attribute-vetoed pairs excluded), L2 C=1 on standardised features.",
-            "features": list(model.features),
-            "coef": [round(float(c), 6) for c in model.coef],
-            "intercept": round(model.intercept, 6),
-            "fitted_pairs": int(sum((~r.vetoed & r.labelled).sum() for r in runs.values())),
-            "accept_probability": accept,
-            "link_threshold": link,
-        }
-        verifier.MODEL_FILE.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {verifier.MODEL_FILE} (accept_probability {accept}, link_threshold {link})")
 
 
 if __name__ == "__main__":
