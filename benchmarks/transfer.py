@@ -14,7 +14,10 @@ No catalog's labels are seen while it is measured (`held_out_splits`, tested).
 ``--soft-vetoes low_information,pixels_conflict`` takes those attribute vetoes as features of
 the pair model instead of decisions (``all``: every veto), to measure what the hard rules cost.
 
-Usage: python benchmarks/transfer.py --data-root ../shared/data [--soft-vetoes R,...]
+``--set cluster.min_cosine=0.65`` changes the candidates of every catalog (and today's default
+is measured on them too).
+
+Usage: python benchmarks/transfer.py --data-root ../shared/data [--soft-vetoes R,...] [--set K=V]
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from fit_verifier import Run, fit  # noqa: E402 - the sibling benchmark's run an
 from pairsieve import schemas as S
 from pairsieve.cluster import verifier
 from pairsieve.cluster.verify import resolved_link_threshold
-from pairsieve.config import PairsieveConfig
+from pairsieve.config import PairsieveConfig, parse_override
 from pairsieve.datasets.benchmarks import BENCHMARKS
 
 PROBABILITIES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
@@ -88,8 +91,11 @@ def main() -> None:
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
     parser.add_argument("--min-precision", type=float, default=0.75)
     parser.add_argument("--soft-vetoes", default="", help="veto reasons taken as features")
+    parser.add_argument(
+        "--set", action="append", default=[], help="config override for the candidates: KEY=VALUE"
+    )
     args = parser.parse_args()
-    base = PairsieveConfig()
+    base = PairsieveConfig().with_(**dict(parse_override(item) for item in args.set))
     default_model = verifier.load_model()
     default_link = resolved_link_threshold(base.cluster)
     runs: dict[str, Run] = {}
