@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.datasets.files import components, find_file
+from pairsieve.datasets.files import find_file, with_match_products
 
 FOLDER = "abt-buy"
 _PRICE = pl.col("price").str.replace_all(r"[$,\s]", "").cast(pl.Float64, strict=False)
@@ -43,15 +43,4 @@ def load_catalog(root: Path) -> pl.DataFrame:
     buy = _shop(find_file(root, "Buy.csv", FOLDER), "buy", "utf8")
     mapping = pl.read_csv(find_file(root, "abt_buy_perfectMapping.csv", FOLDER), infer_schema=False)
     catalog = pl.concat([abt, buy])
-    edges = list(
-        zip(
-            ("abt:" + mapping["idAbt"]).to_list(),
-            ("buy:" + mapping["idBuy"]).to_list(),
-            strict=True,
-        )
-    )
-    ids = catalog[S.LISTING_ID].to_list()
-    product_of = components(ids, edges)
-    return catalog.with_columns(
-        pl.Series(S.TRUE_PRODUCT_ID, [product_of[i] for i in ids], dtype=pl.String)
-    )
+    return with_match_products(catalog, "abt:" + mapping["idAbt"], "buy:" + mapping["idBuy"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.datasets.files import components, find_file
+from pairsieve.datasets.files import find_file, with_match_products
 
 FOLDER = "alaska-cameras"
 
@@ -34,10 +34,4 @@ def load_catalog(root: Path) -> pl.DataFrame:
         pl.col("brand").alias(S.BRAND),
         pl.col("_id").str.split("//").list.first().alias(S.SELLER_ID),
     )
-    ids = catalog[S.LISTING_ID].to_list()
-    edges = list(zip(matches["l_id"].to_list(), matches["r_id"].to_list(), strict=True))
-    known = set(ids)
-    product_of = components(ids, [(a, b) for a, b in edges if a in known and b in known])
-    return catalog.with_columns(
-        pl.Series(S.TRUE_PRODUCT_ID, [product_of[i] for i in ids], dtype=pl.String)
-    )
+    return with_match_products(catalog, matches["l_id"], matches["r_id"])

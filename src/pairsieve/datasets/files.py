@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
+
+from pairsieve import schemas as S
 from pairsieve.errors import PairsieveError
 
 
@@ -38,3 +41,20 @@ def components(nodes: list[str], edges: list[tuple[str, str]]) -> dict[str, str]
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
     return {node: root(node) for node in nodes}
+
+
+def with_match_products(catalog: pl.DataFrame, left: pl.Series, right: pl.Series) -> pl.DataFrame:
+    """``catalog`` with ``true_product_id``: the smallest listing id of each listing's component
+    in the graph of matched pairs (``left[i]``, ``right[i]``); a pair naming a listing the
+    catalog lacks is left out, and an unmatched listing is its own product."""
+    ids = catalog[S.LISTING_ID].to_list()
+    known = set(ids)
+    edges = [
+        (a, b)
+        for a, b in zip(left.to_list(), right.to_list(), strict=True)
+        if a in known and b in known
+    ]
+    product_of = components(ids, edges)
+    return catalog.with_columns(
+        pl.Series(S.TRUE_PRODUCT_ID, [product_of[i] for i in ids], dtype=pl.String)
+    )

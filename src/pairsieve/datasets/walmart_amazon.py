@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.datasets.files import components, find_file
+from pairsieve.datasets.files import find_file, with_match_products
 
 FOLDER = "walmart-amazon"
 
@@ -41,15 +41,4 @@ def load_catalog(root: Path) -> pl.DataFrame:
     amazon = _shop(find_file(root, "amazon.csv", FOLDER), "amazon")
     matches = pl.read_csv(find_file(root, "gt.csv", FOLDER), separator="|", infer_schema=False)
     catalog = pl.concat([walmart, amazon])
-    edges = list(
-        zip(
-            ("walmart:" + matches["D1"]).to_list(),
-            ("amazon:" + matches["D2"]).to_list(),
-            strict=True,
-        )
-    )
-    ids = catalog[S.LISTING_ID].to_list()
-    product_of = components(ids, edges)
-    return catalog.with_columns(
-        pl.Series(S.TRUE_PRODUCT_ID, [product_of[i] for i in ids], dtype=pl.String)
-    )
+    return with_match_products(catalog, "walmart:" + matches["D1"], "amazon:" + matches["D2"])

@@ -40,33 +40,21 @@ def _brute(pred: list[int], true: list[int], source: list[int] | None = None) ->
 
 
 @pytest.mark.parametrize("seed", range(25))
-def test_metrics_match_brute_force(seed: int) -> None:
+@pytest.mark.parametrize("shops", [0, 3], ids=["all pairs", "cross-shop pairs"])
+def test_metrics_match_brute_force(seed: int, shops: int) -> None:
     rng = random.Random(seed)
     n = rng.randint(1, 40)
     pred = [rng.randint(0, rng.randint(1, 12)) for _ in range(n)]
     true = [rng.randint(0, rng.randint(1, 12)) for _ in range(n)]
-    got = evaluate.score(pred, true)
-    want = _brute(pred, true)
+    source = [rng.randint(0, shops - 1) for _ in range(n)] if shops else None
+    got = evaluate.score(pred, true, source)
+    want = _brute(pred, true, source)
     assert got.pairwise_precision == pytest.approx(want["p"], abs=1e-4)
     assert got.pairwise_recall == pytest.approx(want["r"], abs=1e-4)
-    assert got.bcubed_precision == pytest.approx(want["b3p"], abs=1e-4)
+    assert got.bcubed_precision == pytest.approx(want["b3p"], abs=1e-4)  # over every listing
     assert got.bcubed_recall == pytest.approx(want["b3r"], abs=1e-4)
     assert got.clusters == len(set(pred))
     assert got.largest_cluster == max(pred.count(x) for x in set(pred))
-
-
-@pytest.mark.parametrize("seed", range(25))
-def test_cross_source_pairs_match_brute_force(seed: int) -> None:
-    rng = random.Random(seed)
-    n = rng.randint(1, 40)
-    pred = [rng.randint(0, rng.randint(1, 8)) for _ in range(n)]
-    true = [rng.randint(0, rng.randint(1, 8)) for _ in range(n)]
-    shop = [rng.randint(0, 2) for _ in range(n)]
-    got = evaluate.score(pred, true, shop)
-    want = _brute(pred, true, shop)
-    assert got.pairwise_precision == pytest.approx(want["p"], abs=1e-4)
-    assert got.pairwise_recall == pytest.approx(want["r"], abs=1e-4)
-    assert got.bcubed_precision == pytest.approx(_brute(pred, true)["b3p"], abs=1e-4)
 
 
 def test_a_merge_inside_one_shop_is_not_counted_across_shops() -> None:
