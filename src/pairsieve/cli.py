@@ -437,7 +437,8 @@ def mine_eval_command(  # noqa: PLR0913 - one parameter per CLI option
     out: OutOpt,
     catalog: CatalogOpt = None,
     dataset: Annotated[
-        str | None, typer.Option("--dataset", help="pricerunner or abt-buy (from --data-root).")
+        str | None,
+        typer.Option("--dataset", help="A benchmark catalog by name (see eval; from --data-root)."),
     ] = None,
     data_root: DataRootOpt = None,
     truth_column: Annotated[
