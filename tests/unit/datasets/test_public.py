@@ -7,7 +7,7 @@ import polars as pl
 import pytest
 
 from pairsieve import schemas as S
-from pairsieve.datasets import abtbuy, clicklog, pricerunner
+from pairsieve.datasets import abtbuy, clicklog, files, pricerunner
 from pairsieve.errors import PairsieveError
 
 
@@ -76,7 +76,7 @@ def test_loader_missing_file_names_it(tmp_path):
 
 
 def test_components_smallest_member():
-    roots = abtbuy.components(["c", "a", "b", "d"], [("c", "b"), ("b", "a")])
+    roots = files.components(["c", "a", "b", "d"], [("c", "b"), ("b", "a")])
     assert roots == {"a": "a", "b": "a", "c": "a", "d": "d"}
 
 
