@@ -69,6 +69,28 @@ class Run:
             self.listing_half = np.isin([cats[x] for x in ids], HALF_A)
             self.category = _majority(nodes, [cats[x] in HALF_A for x in ids])
 
+    def exact_pairs(self) -> tuple[int, int]:
+        """(one product, all) over the labelled pairs of listings with identical normalised
+        titles (one node), which are never scored: pairs of equal group keys, counted as
+        sum(k * (k - 1)) / 2 over group sizes k, less the pairs inside one shop when labels
+        only cross shops."""
+        frame = pl.DataFrame(
+            {
+                "node": self.result.frame["_node"],
+                "truth": [str(t) for t in self.truth],
+                "shop": [""] * len(self.truth) if self.source is None else self.source.tolist(),
+            }
+        )
+
+        def pairs(keys: list[str]) -> int:
+            k = frame.group_by(keys).len()["len"].cast(pl.Int64)
+            return int((k * (k - 1)).sum() // 2)
+
+        within = self.source is not None
+        total = pairs(["node"]) - (pairs(["node", "shop"]) if within else 0)
+        same = pairs(["node", "truth"]) - (pairs(["node", "truth", "shop"]) if within else 0)
+        return same, total
+
     def soften(self, reasons: tuple[str, ...]) -> None:
         """Take the vetoes ``reasons`` as evidence instead of a decision: each becomes a 0/1
         feature of the pair model (``veto_<reason>``) and stops blocking merges."""

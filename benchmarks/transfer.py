@@ -17,12 +17,19 @@ the pair model instead of decisions (``all``: every veto), to measure what the h
 ``--set cluster.min_cosine=0.65`` changes the candidates of every catalog (and today's default
 is measured on them too).
 
+Before the fits, the calibration of ``p_same`` (`pairsieve.cluster.calibration`: Platt maps of
+the shipped pair model's score) is measured the same way, fitted on four catalogs and measured on
+the fifth as expected calibration error; ``--write-calibration`` stores the one fitted on all
+five, with the leave-one-out reliability tables the report draws, in verifier.json.
+
 Usage: python benchmarks/transfer.py --data-root ../shared/data [--soft-vetoes R,...] [--set K=V]
+[--write-calibration]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -30,7 +37,7 @@ import numpy as np
 from fit_verifier import Run, fit  # noqa: E402 - the sibling benchmark's run and fit
 
 from pairsieve import schemas as S
-from pairsieve.cluster import verifier
+from pairsieve.cluster import calibration, verifier
 from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig, parse_override
 from pairsieve.datasets.benchmarks import BENCHMARKS
@@ -72,6 +79,74 @@ def pick_thresholds(runs, fitted_on, model, min_precision: float) -> tuple[float
     return best[2], best[3]
 
 
+def pooled_calibration(
+    runs: dict[str, Run], fitted_on: list[str], scores: dict[str, np.ndarray]
+) -> calibration.Calibration:
+    """Platt maps of the pair model's ``scores`` for unvetoed and for vetoed pairs, fitted on
+    the labelled candidate pairs of ``fitted_on`` (each catalog weighing the same in each fit),
+    and the mean share of identical-title pairs that are one product over those catalogs."""
+    fits = {}
+    for vetoed in (False, True):
+        xs, ys, ws = [], [], []
+        for name in fitted_on:
+            run = runs[name]
+            keep = run.labelled & (run.vetoed == vetoed)
+            xs.append(calibration.logit(scores[name][keep]))
+            ys.append(run.label[keep])
+            ws.append(np.full(int(keep.sum()), 1.0 / max(int(keep.sum()), 1)))
+        weight = np.concatenate(ws)
+        fits[vetoed] = calibration.platt(
+            np.concatenate(xs), np.concatenate(ys), weight * len(weight) / weight.sum()
+        )
+    shares = [same / total for same, total in (runs[n].exact_pairs() for n in fitted_on) if total]
+    exact = float(np.mean(shares)) if shares else 1.0
+    return calibration.Calibration(unvetoed=fits[False], vetoed=fits[True], exact=exact)
+
+
+def calibration_table(runs: dict[str, Run], scores: dict[str, np.ndarray]) -> dict:
+    """Print the leave-one-out calibration of ``p_same`` per catalog (ECE, mean predicted vs
+    observed share of true pairs, identical titles) and return the reliability tables and the
+    calibration fitted on all catalogs."""
+    print(
+        "\n| catalog | labelled pairs | ECE of the raw score | ECE of p_same | mean p_same "
+        "| true share | identical titles: pooled p | true share |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    tables, eces = {}, []
+    for fitted_on, held in held_out_splits(list(runs)):
+        fitted = pooled_calibration(runs, fitted_on, scores)
+        run = runs[held]
+        keep = run.labelled
+        p = fitted.p_same(scores[held], run.vetoed)[keep]
+        y = run.label[keep]
+        raw = calibration.reliability(scores[held][keep], y)
+        held_out = calibration.reliability(p, y)
+        eces.append(held_out.ece)
+        same, total = run.exact_pairs()
+        exact_share = f"{same / total:.3f} of {total:,}" if total else "none"
+        print(
+            f"| {held} | {int(keep.sum()):,} | {raw.ece:.3f} | **{held_out.ece:.3f}** | "
+            f"{p.mean():.3f} | {y.mean():.3f} | {fitted.exact:.3f} | {exact_share} |",
+            flush=True,
+        )
+        tables[held] = {
+            "ece": round(held_out.ece, 4),
+            "count": held_out.count.tolist(),
+            "mean_p": [None if np.isnan(v) else round(float(v), 4) for v in held_out.mean_p],
+            "rate": [None if np.isnan(v) else round(float(v), 4) for v in held_out.rate],
+        }
+    print(f"\nECE of p_same, leave-one-out: worst {max(eces):.3f}, mean {np.mean(eces):.3f}")
+    shipped = pooled_calibration(runs, list(runs), scores)
+    return {**shipped.as_json(), "leave_one_out": tables}
+
+
+def write_calibration(spec: dict, path: Path = verifier.MODEL_FILE) -> None:
+    """Store ``spec`` as the ``calibration`` entry of the shipped ``verifier.json``."""
+    model = json.loads(path.read_text())
+    model["calibration"] = spec
+    path.write_text(json.dumps(model, indent=1) + "\n")
+
+
 def _soft_vetoes(spec: str, runs: dict[str, Run]) -> tuple[str, ...]:
     if spec != "all":
         return tuple(r for r in spec.split(",") if r)
@@ -94,12 +169,18 @@ def main() -> None:
     parser.add_argument(
         "--set", action="append", default=[], help="config override for the candidates: KEY=VALUE"
     )
+    parser.add_argument(
+        "--write-calibration",
+        action="store_true",
+        help="store the calibration fitted on all five in verifier.json",
+    )
     args = parser.parse_args()
     base = PairsieveConfig().with_(**dict(parse_override(item) for item in args.set))
     default_model = verifier.load_model()
     default_link = resolved_link_threshold(base.cluster)
     runs: dict[str, Run] = {}
     today = {}  # the shipped model and thresholds, vetoes as shipped
+    shipped = {}  # the shipped model's score per candidate pair
     for name, bench in BENCHMARKS.items():
         catalog = bench.load(args.data_root)
         runs[name] = Run(base, catalog, S.SELLER_ID if bench.cross_source else None)
@@ -108,8 +189,13 @@ def main() -> None:
             f"{runs[name].seconds:.0f} s",
             flush=True,
         )
-        shipped = default_model.probability(runs[name].features)
-        today[name] = runs[name].scores(shipped, base.cluster.accept_probability, default_link)
+        shipped[name] = default_model.probability(runs[name].features)
+        today[name] = runs[name].scores(
+            shipped[name], base.cluster.accept_probability, default_link
+        )
+    fitted_calibration = calibration_table(runs, shipped)
+    if args.write_calibration:
+        write_calibration(fitted_calibration)
     soft = _soft_vetoes(args.soft_vetoes, runs)
     for run in runs.values():
         run.soften(soft)

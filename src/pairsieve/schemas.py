@@ -55,6 +55,7 @@ SIGNAL = "signal"
 ACCEPTED = "accepted"
 VETO_REASON = "veto_reason"
 LINK_SCORE = "link_score"  # pairs.parquet: the verifier's score that average linkage sums
+P_SAME = "p_same"  # pairs.parquet: calibrated probability that the two are one product
 
 # --- mine outputs --------------------------------------------------------------------------------
 POSITIVE_LISTING_ID = "positive_listing_id"

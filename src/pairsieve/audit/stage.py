@@ -5,8 +5,10 @@ Reads a dataset as sentence-transformers' `mine_hard_negatives` writes it (`anch
 shape) or as FlagEmbedding writes it (JSONL `query`, `pos` list, `neg` list; one row per
 positive). Every text it contains, plus the catalog when given, is clustered into products with
 `pairsieve.cluster.stage`; a negative is a *false negative* when it is its row's positive
-product (an exact copy of the positive text included). ``false_negative_rate`` = false negatives /
-all negatives. The report adds in-batch collisions per batch size (κ at text and product level, and
+product (an exact copy of the positive text included). ``false_negative_rate`` is the mean
+``p_same`` of the (positive, negative) pairs, each judged by the cluster stage, with an interval
+from the calibration error; the share of negatives clustered into the positive's product stays
+beside it. The report adds in-batch collisions per batch size (κ at text and product level, and
 replayed in file order and a seeded shuffle) and, with the encoder's scores, what those false
 negatives cost at each temperature.
 """
@@ -23,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.cluster.calibration import load_calibration, mean_with_interval
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import hex_digest
@@ -168,21 +171,95 @@ def listings_for(data: pl.DataFrame, catalog: pl.DataFrame | None) -> pl.DataFra
     return pl.concat([cat, own.select(S.LISTING_ID, S.TITLE)], how="diagonal_relaxed")
 
 
+def text_listings(listings: pl.DataFrame) -> pl.DataFrame:
+    """(title, listing_id): the listing that stands for each distinct text (its smallest id)."""
+    return (
+        listings.select(S.TITLE, pl.col(S.LISTING_ID).cast(pl.String))
+        .sort(S.LISTING_ID)
+        .unique(S.TITLE, keep="first", maintain_order=True)
+    )
+
+
+def _negative_pairs(data: pl.DataFrame, listings: pl.DataFrame) -> pl.DataFrame:
+    """One row per (row, negative) in file order: ``_row``, the texts, ``_false`` when ``data``
+    has it, and their listings (``listing_a`` the positive's, ``listing_b`` the negative's)."""
+    ids = text_listings(listings)
+    flags = ["_false"] if "_false" in data.columns else []
+    return (
+        data.with_row_index("_row")
+        .select("_row", S.POSITIVE, NEGATIVES, *flags)
+        .explode([NEGATIVES, *flags])
+        .join(
+            ids.rename({S.TITLE: S.POSITIVE, S.LISTING_ID: S.LISTING_A}),
+            on=S.POSITIVE,
+            maintain_order="left",
+        )
+        .join(
+            ids.rename({S.TITLE: NEGATIVES, S.LISTING_ID: S.LISTING_B}),
+            on=NEGATIVES,
+            maintain_order="left",
+        )
+    )
+
+
 def cluster_texts(
-    cfg: PairsieveConfig, listings: pl.DataFrame, work_dir: Path, encoder: Any
+    cfg: PairsieveConfig, listings: pl.DataFrame, work_dir: Path, encoder: Any, data: pl.DataFrame
 ) -> pl.DataFrame:
-    """(title, product_id) for every distinct text, via the cluster stage (files in work_dir)."""
+    """(title, product_id) for every distinct text, via the cluster stage (files in work_dir),
+    which also judges every (positive, negative) pair of ``data``."""
     from pairsieve.cluster import stage as cluster
 
-    cluster.run(cfg, cluster.Inputs(listings), work_dir, encoder=encoder)
+    requested = _negative_pairs(data, listings).select(S.LISTING_A, S.LISTING_B)
+    cluster.run(cfg, cluster.Inputs(listings, requested), work_dir, encoder=encoder)
     products = pl.read_parquet(work_dir / S.PRODUCTS_FILE)
     return (
-        listings.select(S.LISTING_ID, S.TITLE)
+        text_listings(listings)
         .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
-        .sort(S.LISTING_ID)
-        .unique(S.TITLE, keep="first")
         .select(S.TITLE, S.PRODUCT_ID)
     )
+
+
+def negative_probabilities(
+    labelled: pl.DataFrame, listings: pl.DataFrame, work_dir: Path
+) -> pl.Series | None:
+    """``p_same`` per row: the probability that each negative is its positive's product (a
+    list, in order). A copy of the positive's text is 1; identical normalised titles get the
+    calibrated share of such pairs; other pairs their probability in the clustering's
+    ``pairs.parquet`` (every pair is judged there, as `cluster_texts` requests them; one that
+    is not counts by its clusters). None when the clustering wrote no probabilities (the rule
+    verifier)."""
+    pairs = pl.read_parquet(
+        work_dir / S.PAIRS_FILE, columns=[S.LISTING_A, S.LISTING_B, S.SIGNAL, S.P_SAME]
+    )
+    if pairs.height and pairs[S.P_SAME].null_count() == pairs.height:
+        return None
+    is_exact = pl.col(S.SIGNAL) == "exact"
+    # Scored pairs name each node by its representative listing; the exact rows link every
+    # other listing of a node (same normalised title) to it.
+    rep_of = pairs.filter(is_exact).select(
+        pl.col(S.LISTING_B).alias("_id"), pl.col(S.LISTING_A).alias("_rep")
+    )
+    judged = pairs.filter(~is_exact).select(
+        pl.min_horizontal(S.LISTING_A, S.LISTING_B).alias("_lo"),
+        pl.max_horizontal(S.LISTING_A, S.LISTING_B).alias("_hi"),
+        S.P_SAME,
+    )
+    flat = _negative_pairs(labelled, listings)
+    for end, rep in ((S.LISTING_A, "_ra"), (S.LISTING_B, "_rb")):
+        flat = flat.join(rep_of, left_on=end, right_on="_id", how="left", maintain_order="left")
+        flat = flat.with_columns(pl.coalesce("_rep", end).alias(rep)).drop("_rep")
+    flat = flat.with_columns(
+        pl.min_horizontal("_ra", "_rb").alias("_lo"), pl.max_horizontal("_ra", "_rb").alias("_hi")
+    ).join(judged, on=["_lo", "_hi"], how="left", maintain_order="left")
+    p = (
+        pl.when(pl.col(S.POSITIVE) == pl.col(NEGATIVES))
+        .then(1.0)
+        .when(pl.col("_ra") == pl.col("_rb"))
+        .then(load_calibration().exact)
+        .otherwise(pl.col(S.P_SAME).fill_null(pl.col("_false").cast(pl.Float64)))
+    )
+    per_row = flat.group_by("_row", maintain_order=True).agg(p.cast(pl.Float64).alias(S.P_SAME))
+    return per_row[S.P_SAME]
 
 
 def label_rows(data: pl.DataFrame, product_of: pl.DataFrame) -> pl.DataFrame:
@@ -228,16 +305,32 @@ def audit_section(source: Path, labelled: pl.DataFrame) -> dict[str, Any]:
     pairs = labelled.select(S.POSITIVE, NEGATIVES).explode(NEGATIVES)
     exact = int((pairs[NEGATIVES] == pairs[S.POSITIVE]).sum())
     rows_hit = int((labelled["_false"].list.sum() > 0).sum())
+    by_cluster = false / negatives if negatives else 0.0
     figures = {
         "dataset": str(source),
         "rows": labelled.height,
         "negatives": negatives,
+        "false_negative_rate": by_cluster,
         "false_negatives": false,
-        "false_negative_rate": false / negatives if negatives else 0.0,
+        "false_negative_rate_by_cluster": by_cluster,
         "exact_copy_negatives": exact,
         "exact_copy_rate": exact / negatives if negatives else 0.0,
         "share_of_rows_with_false_negative": rows_hit / max(labelled.height, 1),
     }
+    if S.P_SAME in labelled.columns:
+        p = labelled[S.P_SAME].explode().to_numpy()
+        error = load_calibration().error
+        figures["false_negative_rate"], figures["false_negative_rate_ci"] = mean_with_interval(
+            p, error
+        )
+        figures["expected_false_negatives"] = float(p.sum())
+        figures["calibration_error"] = error
+    shares = {
+        "exact copy of the positive text": figures["exact_copy_rate"],
+        "same product (pairsieve clusters)": by_cluster,
+    }
+    if "false_negative_rate_ci" in figures:
+        shares["same product (estimated)"] = figures["false_negative_rate"]
     columns = [S.ANCHOR, S.POSITIVE, NEGATIVES, "_false"]
     has_scores = S.NEGATIVE_SCORES in labelled.columns
     examples = (
@@ -259,20 +352,18 @@ def audit_section(source: Path, labelled: pl.DataFrame) -> dict[str, Any]:
             R.chart(
                 "false-negative-rate",
                 "Share of the dataset's negatives that are the positive",
-                ["exact copy of the positive text", "same product (pairsieve clusters)"],
-                {
-                    "share of negatives": [
-                        figures["exact_copy_rate"],
-                        figures["false_negative_rate"],
-                    ]
-                },
+                list(shares),
+                {"share of negatives": list(shares.values())},
                 y_label="share of negatives (%)",
                 percent=True,
             )
         ],
         notes=[
-            "A false negative is a negative that pairsieve clusters into its row's positive "
-            "product; exact copies are the ones a text-equality check would also catch."
+            "The false-negative rate is estimated as the mean probability that a negative is "
+            "its positive's product (p_same, calibrated on labelled catalogs); its interval "
+            "adds the worst calibration error measured on a catalog held out of that fit. "
+            "Beside it, the negatives pairsieve clusters into the positive's product, and the "
+            "exact copies a text-equality check would also catch."
         ],
     )
 
@@ -410,8 +501,11 @@ def run(cfg: PairsieveConfig, inputs: Inputs, out_dir: Path, *, encoder: Any = N
     catalog_df = catalog_listings(Path(catalog), cfg) if catalog else None
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     listings = listings_for(data, catalog_df)
-    product_of = cluster_texts(cfg, listings, out_dir / "cluster", encoder)
+    product_of = cluster_texts(cfg, listings, out_dir / "cluster", encoder, data)
     labelled = row_scores(cfg, label_rows(data, product_of), encoder)
+    p_same = negative_probabilities(labelled, listings, out_dir / "cluster")
+    if p_same is not None:
+        labelled = labelled.with_columns(p_same)
     report = build_report(cfg, dataset, catalog_df, labelled, listings, out_dir)
     report["accounting"] = R.section(
         "Accounting",

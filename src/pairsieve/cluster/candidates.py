@@ -1,5 +1,6 @@
 """Candidate pairs of title nodes, from four signals: exact title, a shared model code, MinHash
-LSH over the titles' words, and kNN over their sentence embeddings.
+LSH over the titles' words, and kNN over their sentence embeddings; a caller may add pairs it
+wants judged (``requested``).
 
 Each signal only proposes pairs; verification (`cluster.verify`) judges them. With a previous
 build (`cluster.reuse`), only pairs touching a node whose title changed are generated.
@@ -25,7 +26,7 @@ from pairsieve.vectors import minhash
 if TYPE_CHECKING:
     from pairsieve.vectors import knn
     from pairsieve.vectors.embed import Encoder
-SIGNAL_ORDER = ("exact", "code", "minhash", "embedding")
+SIGNAL_ORDER = ("exact", "code", "minhash", "embedding", "requested")
 
 
 _SIGNATURE_PARTITION = 250_000  # titles per signature cache part
@@ -202,6 +203,25 @@ class Candidates:
     ivf: knn.IvfLayout | None  # the kNN index's IVF layout, if it had one
     details: dict[str, Any]
     timings: dict[str, float]
+
+
+def with_requested(pairs: pl.DataFrame, requested: np.ndarray) -> pl.DataFrame:
+    """``pairs`` plus the (m, 2) node pairs a caller asked to have judged (an audit's positive
+    and negative), named by the signal ``requested``, one row per pair, sorted by (a, b)."""
+    low, high = requested.min(axis=1), requested.max(axis=1)
+    keep = low != high
+    asked = pl.DataFrame(
+        {"a": low[keep].astype(np.int64), "b": high[keep].astype(np.int64), "_asked": True}
+    ).unique(["a", "b"])
+    both = pairs.join(asked, on=["a", "b"], how="full", coalesce=True)
+    signal = (
+        pl.when(pl.col("_asked").is_null())
+        .then(pl.col(S.SIGNAL))
+        .when(pl.col(S.SIGNAL).is_null())
+        .then(pl.lit("requested"))
+        .otherwise(pl.col(S.SIGNAL) + "+requested")
+    )
+    return both.with_columns(signal.alias(S.SIGNAL)).drop("_asked").sort("a", "b")
 
 
 def generate(

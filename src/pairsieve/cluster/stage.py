@@ -38,8 +38,14 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster import candidates, lineage, linkage
-from pairsieve.cluster.reuse import PreviousClustering
-from pairsieve.cluster.verify import INFORMATIVE, resolved_link_threshold, verify
+from pairsieve.cluster.calibration import Calibration, load_calibration
+from pairsieve.cluster.reuse import PreviousClustering, touching
+from pairsieve.cluster.verify import (
+    INFORMATIVE,
+    resolved_link_threshold,
+    uses_learned_verifier,
+    verify,
+)
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import Source, StageResult
@@ -60,9 +66,11 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Inputs:
     """What clustering reads: the listings (ingest's, or a catalog file in any format ingest
-    reads)."""
+    reads) and, optionally, listing pairs (``listing_a``, ``listing_b``) to judge besides the
+    candidates, so that each gets its ``p_same`` in ``pairs.parquet``."""
 
     listings: Source
+    requested: pl.DataFrame | None = None
 
     @classmethod
     def of(cls, layout: RunLayout) -> Inputs:
@@ -194,12 +202,14 @@ def cluster_listings(
     encoder: Encoder | None = None,
     features: dict[str, np.ndarray] | None = None,
     previous: PreviousClustering | None = None,
+    requested: pl.DataFrame | None = None,
 ) -> Clustering:
     """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
     runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
     learned verifier's pair features (rows of ``Clustering.scored``), for refitting it. With
     ``previous``, pairs between unchanged titles are reused from it and only pairs touching the
-    others are generated and verified (`cluster.reuse`)."""
+    others are generated and verified (`cluster.reuse`). ``requested`` listing pairs are judged
+    as candidates too (those touching a changed title, with ``previous``)."""
     c = cfg.cluster
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -225,6 +235,10 @@ def cluster_listings(
     vectors, ivf = found.vectors, found.ivf
     candidate_pairs, by_signal = found.pairs, found.by_signal
     del found
+    if requested is not None:
+        asked = touching(_node_pairs(frame, requested), unsettled)
+        by_signal["requested"] = len(asked)
+        candidate_pairs = candidates.with_requested(candidate_pairs, asked)
     scored = verify(c, candidate_pairs, nodes, attrs, vectors, features)
     if previous is not None:
         reused = previous.pairs_between(nodes, ~unsettled)
@@ -244,6 +258,29 @@ def cluster_listings(
     )
     details["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return Clustering(frame, nodes, scored, labels, details, ivf)
+
+
+def _node_pairs(frame: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
+    """(m, 2) node indexes of listing pairs (``listing_a``, ``listing_b``) of ``frame``.
+
+    Raises:
+        PairsieveError: ``unknown_listing`` when a pair names a listing ``frame`` lacks.
+    """
+    node_of = frame.select(pl.col(S.LISTING_ID).cast(pl.String), pl.col(_NODE).cast(pl.Int64))
+    ends = []
+    for column in (S.LISTING_A, S.LISTING_B):
+        found = pairs.select(pl.col(column).cast(pl.String).alias(S.LISTING_ID)).join(
+            node_of, on=S.LISTING_ID, how="left", maintain_order="left"
+        )
+        missing = found.filter(pl.col(_NODE).is_null())
+        if missing.height:
+            raise PairsieveError(
+                "unknown_listing",
+                f"a requested pair names listing {missing[S.LISTING_ID][0]!r}, not in the listings",
+                column=column,
+            )
+        ends.append(found[_NODE].to_numpy())
+    return np.column_stack(ends) if ends[0].size else np.zeros((0, 2), dtype=np.int64)
 
 
 def products_frame(result: Clustering) -> pl.DataFrame:
@@ -293,10 +330,14 @@ def products_frame(result: Clustering) -> pl.DataFrame:
     )
 
 
-def pairs_frame(result: Clustering, consume: bool = False) -> pl.DataFrame:
+def pairs_frame(
+    result: Clustering, calibration: Calibration | None = None, consume: bool = False
+) -> pl.DataFrame:
     """pairs.parquet: every scored candidate (by representative listing), plus exact duplicates,
-    sorted by (listing_a, listing_b). ``consume``: drop ``result.scored`` column by column
-    while building (it is the other copy of tens of millions of rows at 10^6 listings)."""
+    sorted by (listing_a, listing_b). With ``calibration`` (the scores are the learned pair
+    model's), each pair gets its ``p_same``; without, ``p_same`` is null. ``consume``: drop
+    ``result.scored`` column by column while building (it is the other copy of tens of millions
+    of rows at 10^6 listings)."""
     # Sorted by the listing ids' ranks (one int64 key per row) rather than by the two strings:
     # the same order, as ``frame`` is sorted by listing id and no two rows share (listing_a,
     # listing_b). Each output column is gathered once in that order, so the id strings are
@@ -333,6 +374,18 @@ def pairs_frame(result: Clustering, consume: bool = False) -> pl.DataFrame:
     ]
     sources = {name: scored[name] for name, _, _ in rest if name != S.LINK_SCORE}
     sources[S.LINK_SCORE] = scored["score"].alias(S.LINK_SCORE)
+    exact_p = None if calibration is None else calibration.exact
+    rest.append((S.P_SAME, exact_p, pl.Float32))
+    sources[S.P_SAME] = (
+        pl.Series(S.P_SAME, [None] * len(scored), dtype=pl.Float32)
+        if calibration is None
+        else pl.Series(
+            S.P_SAME,
+            calibration.p_same(
+                scored["score"].to_numpy(), scored[S.VETO_REASON].is_not_null().to_numpy()
+            ),
+        )
+    )
     if consume:
         result.scored = scored = None
     for name, exact_value, dtype in rest:
@@ -360,7 +413,7 @@ def run(
     frame = (
         listings if isinstance(listings, pl.DataFrame) else read_catalog(str(listings), cfg.ingest)
     )
-    result = cluster_listings(cfg, frame, encoder, previous=previous)
+    result = cluster_listings(cfg, frame, encoder, previous=previous, requested=inputs.requested)
     products = products_frame(result)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -369,7 +422,8 @@ def run(
     if result.ivf is not None:
         outputs.update(result.ivf.write(out_dir))
     found = result.details
-    pairs = pairs_frame(result, consume=True)
+    calibration = load_calibration() if uses_learned_verifier(cfg.cluster) else None
+    pairs = pairs_frame(result, calibration, consume=True)
     del result
     io.write_parquet(pairs, out_dir / S.PAIRS_FILE)
     del pairs

@@ -116,8 +116,15 @@ LABELS: dict[str, tuple[str, Kind]] = {
     # the audit
     "dataset": ("dataset", "text"),
     "negatives": ("negatives", "count"),
-    "false_negatives": ("negatives of the positive's product", "count"),
-    "false_negative_rate": ("negatives of the positive's product (%)", "share"),
+    "false_negatives": ("negatives clustered into the positive's product", "count"),
+    "false_negative_rate": ("negatives of the positive's product, estimated (%)", "share"),
+    "false_negative_rate_ci": ("95% interval of that estimate", "share"),
+    "false_negative_rate_by_cluster": (
+        "negatives clustered into the positive's product (%)",
+        "share",
+    ),
+    "expected_false_negatives": ("negatives of the positive's product, estimated", "number"),
+    "calibration_error": ("calibration error of p_same, worst held-out catalog", "share"),
     "exact_copy_negatives": ("negatives that copy the positive's text", "count"),
     "exact_copy_rate": ("negatives that copy the positive's text (%)", "share"),
     "share_of_rows_with_false_negative": ("rows with a same-product negative (%)", "share"),
@@ -165,7 +172,8 @@ READINGS: dict[str, str] = {
     "worked-example": "The two-row example: a copy of row 2's positive among its negatives lifts "
     "its loss, and the lift grows as the temperature falls.",
     "false-negative-rate": "Exact copies are what a text-level check finds; same-product "
-    "negatives are what the trainer actually meets.",
+    "negatives are what the trainer actually meets, counted by clusters and estimated from "
+    "each pair's probability.",
 }
 
 
@@ -189,6 +197,8 @@ def value_text(key: str, value: Any) -> str:
     kind = LABELS.get(key, (key, "text"))[1]
     if isinstance(value, bool) or kind == "flag":
         return "yes" if value else "no"
+    if isinstance(value, (list, tuple)) and len(value) == 2:  # an interval (lo, hi)
+        return f"{value_text(key, value[0])} – {value_text(key, value[1])}"
     if isinstance(value, (int, float)):
         if kind == "share":
             return f"{_number(100 * value)}%"

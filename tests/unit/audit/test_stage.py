@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from pairsieve import schemas as S
 from pairsieve.audit import stage as audit
 from pairsieve.cli import app
+from pairsieve.cluster.calibration import load_calibration
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.report.labels import label
@@ -68,9 +69,17 @@ def st_audit(tmp_path_factory, encoder):
 
 def test_false_negative_rate_on_hand_made_dataset(st_audit):
     _, result, rep = st_audit
-    assert rep["false_negative_rate"] == pytest.approx(3 / 8)
     figures = rep["audit"]["figures"]
+    assert figures["false_negative_rate_by_cluster"] == pytest.approx(3 / 8)
     assert figures["false_negatives"] == 3
+    # Estimated: the exact copy counts 1, the two case-and-spacing copies (one normalised
+    # title) the calibrated share of identical titles, the five other products little.
+    same_title = load_calibration().exact
+    low = 1 + 2 * same_title
+    assert low <= figures["expected_false_negatives"] <= low + 5 * 0.2
+    assert rep["false_negative_rate"] == pytest.approx(figures["expected_false_negatives"] / 8)
+    lo, hi = figures["false_negative_rate_ci"]
+    assert lo <= 3 / 8 <= hi and hi - lo >= 2 * figures["calibration_error"]
     assert figures["exact_copy_negatives"] == 1
     assert figures["share_of_rows_with_false_negative"] == pytest.approx(3 / 4)
     assert result.balanced() and result.rows_out == 4
@@ -97,11 +106,13 @@ def test_audit_report_sections(st_audit):
     assert unlabelled(rep) == []
 
 
-def test_flagembedding_layout_gives_the_same_rate(tmp_path, encoder):
+def test_flagembedding_layout_gives_the_same_rate(tmp_path, encoder, st_audit):
     out = tmp_path / "out"
     inputs = audit.Inputs(write_flag(tmp_path / "ds.jsonl"))
     result = audit.run(_cfg(tmp_path), inputs, out, encoder=encoder)
-    assert result.details["false_negative_rate"] == pytest.approx(3 / 8)
+    assert result.details["false_negative_rate_by_cluster"] == pytest.approx(3 / 8)
+    st_figures = st_audit[2]["audit"]["figures"]
+    assert result.details["false_negative_rate"] == pytest.approx(st_figures["false_negative_rate"])
 
 
 def test_catalog_with_truth_adds_quality(tmp_path, encoder):

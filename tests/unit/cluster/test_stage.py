@@ -7,12 +7,13 @@ import polars as pl
 import pytest
 
 from pairsieve import schemas as S
-from pairsieve.cluster import candidates, linkage
+from pairsieve.cluster import calibration, candidates, linkage
 from pairsieve.cluster import stage as cluster
 from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import parallel as forked
 from pairsieve.core.hashing import hex_digest
+from pairsieve.errors import PairsieveError
 
 TITLES = {
     # one product, three sellers
@@ -84,6 +85,44 @@ def test_veto_reasons_recorded(cfg, encoder, tmp_path) -> None:
     assert reason[frozenset(("t1", "t3"))] == "model_code_conflict"
     assert reason[frozenset(("w1", "w2"))] == "low_information"
     assert not pairs.filter(pl.col(S.VETO_REASON).is_not_null())[S.ACCEPTED].any()
+
+
+def test_every_pair_gets_its_calibrated_probability(cfg, encoder, tmp_path) -> None:
+    cluster.run(cfg, cluster.Inputs(catalog()), tmp_path / "learned", encoder=encoder)
+    pairs = pl.read_parquet(tmp_path / "learned" / S.PAIRS_FILE)
+    shipped = calibration.load_calibration()
+    scored = pairs.filter(pl.col(S.SIGNAL) != "exact")
+    vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
+    expected = shipped.p_same(scored[S.LINK_SCORE].to_numpy(), vetoed)
+    assert np.allclose(scored[S.P_SAME].to_numpy(), expected, atol=1e-6)
+    exact = pairs.filter(pl.col(S.SIGNAL) == "exact")[S.P_SAME]
+    assert exact.len() and (exact - shipped.exact).abs().max() < 1e-6
+    by_pair = {
+        frozenset(r[:2]): r[2] for r in pairs.select(S.LISTING_A, S.LISTING_B, S.P_SAME).rows()
+    }
+    assert by_pair[frozenset(("t1", "t2"))] > 0.5 > by_pair[frozenset(("t1", "t3"))]
+    rule = cfg.with_(**{"cluster.verifier": "rule"})
+    cluster.run(rule, cluster.Inputs(catalog()), tmp_path / "rule", encoder=encoder)
+    assert pl.read_parquet(tmp_path / "rule" / S.PAIRS_FILE)[S.P_SAME].null_count() == len(pairs)
+
+
+def test_requested_pairs_are_judged_beside_the_candidates(cfg, encoder, tmp_path) -> None:
+    asked = pl.DataFrame(
+        {S.LISTING_A: ["w1", "a1", "a1", "b2"], S.LISTING_B: ["t3", "a2", "a1", "b1"]}
+    )
+    cluster.run(cfg, cluster.Inputs(catalog(), asked), tmp_path, encoder=encoder)
+    pairs = pl.read_parquet(tmp_path / S.PAIRS_FILE)
+    signal = {
+        frozenset(r[:2]): r[2] for r in pairs.select(S.LISTING_A, S.LISTING_B, S.SIGNAL).rows()
+    }
+    assert signal[frozenset(("w1", "t3"))] == "requested"  # no signal proposes it
+    assert signal[frozenset(("a1", "a2"))].endswith("+requested")  # proposed and asked
+    assert signal[frozenset(("b1", "b2"))] == "exact"  # one title: nothing to judge
+    assert pairs.select(S.LISTING_A, S.LISTING_B).is_duplicated().sum() == 0
+    unknown = pl.DataFrame({S.LISTING_A: ["a1"], S.LISTING_B: ["nope"]})
+    with pytest.raises(PairsieveError) as info:
+        cluster.run(cfg, cluster.Inputs(catalog(), unknown), tmp_path / "x", encoder=encoder)
+    assert info.value.code == "unknown_listing" and info.value.column == S.LISTING_B
 
 
 def test_shuffled_input_gives_identical_bytes(cfg, encoder, tmp_path) -> None:
