@@ -16,7 +16,7 @@ How well it holds on a catalog it was not fitted on is measured leave-one-catalo
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -47,6 +47,7 @@ class Calibration:
     vetoed: tuple[float, float]
     exact: float
     error: float = 0.0  # the worst calibration error measured on a held-out catalog
+    held_out: dict = field(default_factory=dict, compare=False)  # catalog -> reliability table
 
     def p_same(self, score: np.ndarray, vetoed: np.ndarray) -> np.ndarray:
         """(m,) float64 calibrated probability per pair from the pair model's score."""
@@ -63,12 +64,13 @@ class Calibration:
 def load_calibration(path: Path = MODEL_FILE) -> Calibration:
     """The shipped calibration (the ``calibration`` entry of ``verifier.json``)."""
     spec = json.loads(Path(path).read_text())["calibration"]
-    held_out = spec.get("leave_one_out", {}).values()
+    held_out = spec.get("leave_one_out", {})
     return Calibration(
         unvetoed=tuple(spec["unvetoed"]),
         vetoed=tuple(spec["vetoed"]),
         exact=float(spec["exact"]),
-        error=max((float(t["ece"]) for t in held_out), default=0.0),
+        error=max((float(t["ece"]) for t in held_out.values()), default=0.0),
+        held_out=held_out,
     )
 
 

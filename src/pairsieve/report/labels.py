@@ -124,6 +124,8 @@ LABELS: dict[str, tuple[str, Kind]] = {
         "share",
     ),
     "expected_false_negatives": ("negatives of the positive's product, estimated", "number"),
+    "mean_p_same_accepted": ("mean p_same of the merged candidate pairs", "share"),
+    "mean_p_same_rejected": ("mean p_same of the candidate pairs kept apart", "share"),
     "calibration_error": ("calibration error of p_same, worst held-out catalog", "share"),
     "exact_copy_negatives": ("negatives that copy the positive's text", "count"),
     "exact_copy_rate": ("negatives that copy the positive's text (%)", "share"),
@@ -171,6 +173,8 @@ READINGS: dict[str, str] = {
     "at low temperature a few of them take most of it.",
     "worked-example": "The two-row example: a copy of row 2's positive among its negatives lifts "
     "its loss, and the lift grows as the temperature falls.",
+    "calibration": "Where the bars of a catalog stand at the height of the first series, "
+    "p_same meant what it said there; the gap is the calibration error of that catalog.",
     "false-negative-rate": "Exact copies are what a text-level check finds; same-product "
     "negatives are what the trainer actually meets, counted by clusters and estimated from "
     "each pair's probability.",

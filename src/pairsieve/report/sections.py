@@ -204,7 +204,44 @@ def duplicates_section(
     tables = {"cluster sizes": histogram, "largest clusters": largest_rows}
     if pairs is not None and S.VETO_REASON in pairs.columns:
         add_vetoes(pairs, figures, tables, charts)
+    if (
+        pairs is not None
+        and S.P_SAME in pairs.columns
+        and pairs[S.P_SAME].null_count() < len(pairs)
+    ):
+        add_judgement(pairs, figures, charts)
     return section("Duplicates", figures=figures, tables=tables, charts=charts)
+
+
+def add_judgement(pairs: pl.DataFrame, figures: dict, charts: list) -> None:
+    """How sure the same-product judgement is: the mean ``p_same`` of the candidate pairs it
+    accepted and of those it did not, and how well ``p_same`` has held on labelled catalogs it
+    was not fitted on (`calibration`)."""
+    from pairsieve.cluster.calibration import BINS, load_calibration
+
+    scored = pairs.filter(pl.col(S.SIGNAL) != "exact")
+    accepted = scored.filter(pl.col(S.ACCEPTED))[S.P_SAME]
+    rejected = scored.filter(~pl.col(S.ACCEPTED))[S.P_SAME]
+    figures["mean_p_same_accepted"] = float(accepted.mean()) if accepted.len() else None
+    figures["mean_p_same_rejected"] = float(rejected.mean()) if rejected.len() else None
+    shipped = load_calibration()
+    figures["calibration_error"] = shipped.error
+    held_out = shipped.held_out
+    if not held_out:
+        return
+    series = {"predicted (bin middle)": [(i + 0.5) / BINS for i in range(BINS)]}
+    series.update({f"observed, {name}": table["rate"] for name, table in held_out.items()})
+    charts.append(
+        chart(
+            "calibration",
+            "p_same against the truth, on catalogs held out of its fit",
+            [f"{round(100 * i / BINS)}–{round(100 * (i + 1) / BINS)}%" for i in range(BINS)],
+            series,
+            y_label="true pairs (%)",
+            x_label="p_same",
+            percent=True,
+        )
+    )
 
 
 def add_vetoes(pairs: pl.DataFrame, figures: dict, tables: dict, charts: list) -> None:
