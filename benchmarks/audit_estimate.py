@@ -35,6 +35,7 @@ import polars as pl
 from audit import NUM_NEGATIVES, st_dataset  # noqa: E402 - the sibling benchmark
 
 from pairsieve import schemas as S
+from pairsieve.audit import pairs as audit_pairs
 from pairsieve.audit import stage as audit
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog
@@ -128,13 +129,13 @@ def per_negative(dataset: Path, catalog: Path, out: Path, cfg: PairsieveConfig) 
     listings = audit.listings_for(data, audit.catalog_listings(catalog, cfg))
     products = pl.read_parquet(out / "cluster" / S.PRODUCTS_FILE)
     product_of = (
-        audit.text_listings(listings)
+        audit_pairs.text_listings(listings)
         .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
         .select(S.TITLE, S.PRODUCT_ID)
     )
     labelled = audit.label_rows(data, product_of)
     labelled = labelled.with_columns(
-        audit.negative_probabilities(labelled, listings, out / "cluster")
+        audit_pairs.negative_probabilities(labelled, listings, out / "cluster")
     )
     truth = (
         pl.read_parquet(catalog)

@@ -105,12 +105,21 @@ class Run:
     def matrix(self, names: tuple[str, ...]) -> np.ndarray:
         return np.column_stack([self.features[n].astype(np.float64) for n in names])
 
-    def scores(self, p: np.ndarray, accept: float, link: float, mask: np.ndarray | None = None):
-        """Scores of clustering with pair probabilities ``p`` (listings in ``mask`` only)."""
+    def scores(  # noqa: PLR0913 - the clustering's knobs
+        self,
+        p: np.ndarray,
+        accept: float,
+        link: float,
+        mask: np.ndarray | None = None,
+        unjudged: float = 1.0,
+    ):
+        """Scores of clustering with pair probabilities ``p`` (listings in ``mask`` only),
+        unjudged pairs weighing ``unjudged`` in the average linkage."""
         scored = self.scored.with_columns(
             pl.Series("score", p), pl.Series(S.ACCEPTED, ~self.vetoed & (p >= accept))
         )
-        labels = linkage.agglomerate(self.result.nodes["count"].to_numpy(), scored, link)
+        counts = self.result.nodes["count"].to_numpy()
+        labels = linkage.agglomerate(counts, scored, link, unjudged)
         listing = labels[self.result.frame["_node"].to_numpy()]
         return self._score(listing, mask)
 

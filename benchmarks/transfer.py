@@ -29,6 +29,7 @@ Usage: python benchmarks/transfer.py --data-root ../shared/data [--soft-vetoes R
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from pathlib import Path
@@ -65,18 +66,21 @@ def pooled_model(runs: dict[str, Run], fitted_on: list[str], names: tuple[str, .
     return fit(np.vstack(xs), np.concatenate(ys), names, weight * len(weight) / weight.sum())
 
 
-def pick_thresholds(runs, fitted_on, model, min_precision: float) -> tuple[float, float]:
-    """(accept_probability, link_threshold) with the best mean pairwise F1 over ``fitted_on``
-    among those keeping every one of them at ``min_precision`` (all pairs when none does)."""
+def pick_thresholds(
+    runs, fitted_on, model, min_precision: float, unjudged: tuple[float, ...]
+) -> tuple[float, float, float]:
+    """(accept_probability, link_threshold, unjudged_weight) with the best mean pairwise F1
+    over ``fitted_on`` among those keeping every one of them at ``min_precision`` (all
+    combinations when none does)."""
     grid = []
     probability = {name: model.probability(runs[name].features) for name in fitted_on}
-    for accept in PROBABILITIES:
-        for link in LINKS:
-            scores = [runs[n].scores(probability[n], accept, link) for n in fitted_on]
-            precise = min(s.pairwise_precision for s in scores) >= min_precision
-            grid.append((precise, float(np.mean([s.pairwise_f1 for s in scores])), accept, link))
+    for accept, link, weight in itertools.product(PROBABILITIES, LINKS, unjudged):
+        scores = [runs[n].scores(probability[n], accept, link, unjudged=weight) for n in fitted_on]
+        precise = min(s.pairwise_precision for s in scores) >= min_precision
+        f1 = float(np.mean([s.pairwise_f1 for s in scores]))
+        grid.append((precise, f1, accept, link, weight))
     best = max(grid)
-    return best[2], best[3]
+    return best[2], best[3], best[4]
 
 
 def pooled_calibration(
@@ -170,6 +174,13 @@ def main() -> None:
         "--set", action="append", default=[], help="config override for the candidates: KEY=VALUE"
     )
     parser.add_argument(
+        "--unjudged",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="cluster.unjudged_weight values the fit may pick from",
+    )
+    parser.add_argument(
         "--write-calibration",
         action="store_true",
         help="store the calibration fitted on all five in verifier.json",
@@ -202,7 +213,8 @@ def main() -> None:
     names = (*default_model.features, *(f"veto_{reason}" for reason in soft))
     print(f"soft vetoes: {', '.join(soft) or 'none'}")
     print(
-        "\n| catalog | default: pair P | pair R | pair F1 | B3 F1 | leave-one-out (accept, link) "
+        "\n| catalog | default: pair P | pair R | pair F1 | B3 F1 | leave-one-out (accept, link, "
+        "unjudged) "
         "| pair P | pair R | pair F1 | B3 F1 |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -210,12 +222,14 @@ def main() -> None:
     started = time.perf_counter()
     for fitted_on, held in held_out_splits(list(runs)):
         model = pooled_model(runs, fitted_on, names)
-        accept, link = pick_thresholds(runs, fitted_on, model, args.min_precision)
+        accept, link, weight = pick_thresholds(
+            runs, fitted_on, model, args.min_precision, tuple(args.unjudged)
+        )
         run = runs[held]
-        measured = run.scores(model.probability(run.features), accept, link)
+        measured = run.scores(model.probability(run.features), accept, link, unjudged=weight)
         totals["default"].append(today[held].pairwise_f1)
         totals["held out"].append(measured.pairwise_f1)
-        cells = f"{_cells(today[held])} | ({accept}, {link}) | {_cells(measured)}"
+        cells = f"{_cells(today[held])} | ({accept}, {link}, {weight}) | {_cells(measured)}"
         print(f"| {held} | {cells} |", flush=True)
     print(
         f"\nmean pairwise F1: default {np.mean(totals['default']):.3f}, "

@@ -203,6 +203,14 @@ class ClusterConfig(Section):
         "two products together. None = 0.3 with the learned verifier (its probabilities run "
         "lower than the rule's cosines) and 0.5 with the rule (also without embeddings).",
     )
+    unjudged_weight: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Weight in the average linkage of a cross pair that was never a candidate "
+        "(a score of 0): 1 counts it like a rejected pair; lower values let a product with "
+        "many listings, not all compared with each other, hold together.",
+    )
 
 
 class MineConfig(Section):

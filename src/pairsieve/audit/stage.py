@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.audit.pairs import NEGATIVES, cluster_texts, negative_probabilities
 from pairsieve.cluster.calibration import load_calibration, mean_with_interval
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult
@@ -52,7 +53,6 @@ class Inputs:
     catalog: Path | None = None
 
 
-NEGATIVES = "negatives"  # list[str] column of the normalised dataset
 _SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".json")
 EXAMPLES = 10  # false-negative examples shown in the report
 
@@ -171,97 +171,6 @@ def listings_for(data: pl.DataFrame, catalog: pl.DataFrame | None) -> pl.DataFra
     return pl.concat([cat, own.select(S.LISTING_ID, S.TITLE)], how="diagonal_relaxed")
 
 
-def text_listings(listings: pl.DataFrame) -> pl.DataFrame:
-    """(title, listing_id): the listing that stands for each distinct text (its smallest id)."""
-    return (
-        listings.select(S.TITLE, pl.col(S.LISTING_ID).cast(pl.String))
-        .sort(S.LISTING_ID)
-        .unique(S.TITLE, keep="first", maintain_order=True)
-    )
-
-
-def _negative_pairs(data: pl.DataFrame, listings: pl.DataFrame) -> pl.DataFrame:
-    """One row per (row, negative) in file order: ``_row``, the texts, ``_false`` when ``data``
-    has it, and their listings (``listing_a`` the positive's, ``listing_b`` the negative's)."""
-    ids = text_listings(listings)
-    flags = ["_false"] if "_false" in data.columns else []
-    return (
-        data.with_row_index("_row")
-        .select("_row", S.POSITIVE, NEGATIVES, *flags)
-        .explode([NEGATIVES, *flags])
-        .join(
-            ids.rename({S.TITLE: S.POSITIVE, S.LISTING_ID: S.LISTING_A}),
-            on=S.POSITIVE,
-            maintain_order="left",
-        )
-        .join(
-            ids.rename({S.TITLE: NEGATIVES, S.LISTING_ID: S.LISTING_B}),
-            on=NEGATIVES,
-            maintain_order="left",
-        )
-    )
-
-
-def cluster_texts(
-    cfg: PairsieveConfig, listings: pl.DataFrame, work_dir: Path, encoder: Any, data: pl.DataFrame
-) -> pl.DataFrame:
-    """(title, product_id) for every distinct text, via the cluster stage (files in work_dir),
-    which also judges every (positive, negative) pair of ``data``."""
-    from pairsieve.cluster import stage as cluster
-
-    requested = _negative_pairs(data, listings).select(S.LISTING_A, S.LISTING_B)
-    cluster.run(cfg, cluster.Inputs(listings, requested), work_dir, encoder=encoder)
-    products = pl.read_parquet(work_dir / S.PRODUCTS_FILE)
-    return (
-        text_listings(listings)
-        .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
-        .select(S.TITLE, S.PRODUCT_ID)
-    )
-
-
-def negative_probabilities(
-    labelled: pl.DataFrame, listings: pl.DataFrame, work_dir: Path
-) -> pl.Series | None:
-    """``p_same`` per row: the probability that each negative is its positive's product (a
-    list, in order). A copy of the positive's text is 1; identical normalised titles get the
-    calibrated share of such pairs; other pairs their probability in the clustering's
-    ``pairs.parquet`` (every pair is judged there, as `cluster_texts` requests them; one that
-    is not counts by its clusters). None when the clustering wrote no probabilities (the rule
-    verifier)."""
-    pairs = pl.read_parquet(
-        work_dir / S.PAIRS_FILE, columns=[S.LISTING_A, S.LISTING_B, S.SIGNAL, S.P_SAME]
-    )
-    if pairs.height and pairs[S.P_SAME].null_count() == pairs.height:
-        return None
-    is_exact = pl.col(S.SIGNAL) == "exact"
-    # Scored pairs name each node by its representative listing; the exact rows link every
-    # other listing of a node (same normalised title) to it.
-    rep_of = pairs.filter(is_exact).select(
-        pl.col(S.LISTING_B).alias("_id"), pl.col(S.LISTING_A).alias("_rep")
-    )
-    judged = pairs.filter(~is_exact).select(
-        pl.min_horizontal(S.LISTING_A, S.LISTING_B).alias("_lo"),
-        pl.max_horizontal(S.LISTING_A, S.LISTING_B).alias("_hi"),
-        S.P_SAME,
-    )
-    flat = _negative_pairs(labelled, listings)
-    for end, rep in ((S.LISTING_A, "_ra"), (S.LISTING_B, "_rb")):
-        flat = flat.join(rep_of, left_on=end, right_on="_id", how="left", maintain_order="left")
-        flat = flat.with_columns(pl.coalesce("_rep", end).alias(rep)).drop("_rep")
-    flat = flat.with_columns(
-        pl.min_horizontal("_ra", "_rb").alias("_lo"), pl.max_horizontal("_ra", "_rb").alias("_hi")
-    ).join(judged, on=["_lo", "_hi"], how="left", maintain_order="left")
-    p = (
-        pl.when(pl.col(S.POSITIVE) == pl.col(NEGATIVES))
-        .then(1.0)
-        .when(pl.col("_ra") == pl.col("_rb"))
-        .then(load_calibration().exact)
-        .otherwise(pl.col(S.P_SAME).fill_null(pl.col("_false").cast(pl.Float64)))
-    )
-    per_row = flat.group_by("_row", maintain_order=True).agg(p.cast(pl.Float64).alias(S.P_SAME))
-    return per_row[S.P_SAME]
-
-
 def label_rows(data: pl.DataFrame, product_of: pl.DataFrame) -> pl.DataFrame:
     """Adds positive_product_id, negative_product_ids and per-negative false-negative flags."""
     lookup = dict(
@@ -298,8 +207,9 @@ def row_scores(cfg: PairsieveConfig, data: pl.DataFrame, encoder: Any) -> pl.Dat
     )
 
 
-def audit_section(source: Path, labelled: pl.DataFrame) -> dict[str, Any]:
-    """The dataset's false-negative rate, exact copies apart, with examples."""
+def audit_figures(source: Path, labelled: pl.DataFrame) -> dict[str, Any]:
+    """The dataset's false-negative rate (estimated from ``p_same`` when the rows carry it,
+    else counted by clusters), the cluster count, exact copies and rows hit."""
     negatives = int(labelled[NEGATIVES].list.len().sum())
     false = int(labelled["_false"].list.sum().sum())
     pairs = labelled.select(S.POSITIVE, NEGATIVES).explode(NEGATIVES)
@@ -325,9 +235,15 @@ def audit_section(source: Path, labelled: pl.DataFrame) -> dict[str, Any]:
         )
         figures["expected_false_negatives"] = float(p.sum())
         figures["calibration_error"] = error
+    return figures
+
+
+def audit_section(source: Path, labelled: pl.DataFrame) -> dict[str, Any]:
+    """The dataset's false-negative rate, exact copies apart, with examples."""
+    figures = audit_figures(source, labelled)
     shares = {
         "exact copy of the positive text": figures["exact_copy_rate"],
-        "same product (pairsieve clusters)": by_cluster,
+        "same product (pairsieve clusters)": figures["false_negative_rate_by_cluster"],
     }
     if "false_negative_rate_ci" in figures:
         shares["same product (estimated)"] = figures["false_negative_rate"]

@@ -23,8 +23,16 @@ from numba import njit
 
 from pairsieve import schemas as S
 
-# Cell arrays: (end_a, end_b, weight, vetoed, alive); list arrays: (head, tail, next, mark);
-# heap arrays: (negative linkage, x, y, cell) with x < y, ordered by (key, x, y).
+# Cell arrays: (end_a, end_b, weight, vetoed, alive, judged); list arrays: (head, tail, next,
+# mark); heap arrays: (negative linkage, x, y, cell) with x < y, ordered by (key, x, y).
+
+
+@njit(cache=True, inline="always")
+def _linkage(weight: float, judged: float, pairs: float, unjudged_weight: float) -> float:
+    """Mean score over a cluster pair's ``pairs`` listing pairs, of which ``judged`` were
+    candidates: an unjudged pair counts as a score of 0 with weight ``unjudged_weight`` (1: every
+    pair counts, 0: only the judged ones)."""
+    return weight / (unjudged_weight * pairs + (1.0 - unjudged_weight) * judged)
 
 
 @njit(cache=True, inline="always")
@@ -131,17 +139,18 @@ def _mark(x: int, cells, lists) -> int:  # noqa: ANN001
 @njit(cache=True)
 def _push_links(x: int, cells, lists, sizing, heap, count: int) -> int:  # noqa: ANN001
     """Clear the marks of x's neighbours and push x's unvetoed links whose linkage reaches
-    the threshold (``sizing`` = (size, link_threshold)); returns the new heap size."""
-    end_a, end_b, w, v, alive = cells
+    the threshold (``sizing`` = (size, link_threshold, unjudged_weight)); returns the new heap
+    size."""
+    end_a, end_b, w, v, alive, judged = cells
     head, _, nxt, mark = lists
-    size, link_threshold = sizing
+    size, link_threshold, unjudged_weight = sizing
     r = head[x]
     while r >= 0:
         c = r // 2
         if alive[c]:
             z = end_a[c] + end_b[c] - x
             mark[z] = -1
-            linkage = w[c] / (size[x] * size[z])
+            linkage = _linkage(w[c], judged[c], size[x] * size[z], unjudged_weight)
             if not v[c] and linkage >= link_threshold:
                 _push(heap, count, (-linkage, min(x, z), max(x, z), c))
                 count += 1
@@ -153,7 +162,7 @@ def _push_links(x: int, cells, lists, sizing, heap, count: int) -> int:  # noqa:
 def _absorb(x: int, y: int, cells, lists) -> int:  # noqa: ANN001
     """Fold y's cells into x (x's neighbours marked): add each into x's cell for the same
     neighbour, else re-key it to x; splice y's list onto x's. Returns how many were moved."""
-    end_a, end_b, w, v, alive = cells
+    end_a, end_b, w, v, alive, judged = cells
     head, tail, nxt, mark = lists
     r, moved = head[y], 0
     while r >= 0:
@@ -162,6 +171,7 @@ def _absorb(x: int, y: int, cells, lists) -> int:  # noqa: ANN001
             z = end_a[c] + end_b[c] - y
             if mark[z] >= 0:
                 w[mark[z]] += w[c]
+                judged[mark[z]] += judged[c]
                 v[mark[z]] = v[mark[z]] or v[c]
                 alive[c] = False
             elif end_a[c] == y:
@@ -182,21 +192,23 @@ def _absorb(x: int, y: int, cells, lists) -> int:  # noqa: ANN001
 
 
 @njit(cache=True)
-def merge_loop(
+def merge_loop(  # noqa: PLR0913 - the cells' arrays and the two knobs
     parent: np.ndarray,
     size: np.ndarray,
     ends: np.ndarray,
     weight: np.ndarray,
     vetoed: np.ndarray,
+    judged: np.ndarray,
     link_threshold: float,
+    unjudged_weight: float,
 ) -> None:
     """Run the merge loop in place on ``parent`` (int64, n) and ``size`` (float64, n).
 
     ``ends`` (int64, (m, 2)) holds distinct node pairs, first < second, with their summed
-    ``weight`` (float64) and ``vetoed`` flag (bool); the heap starts with every unvetoed pair
-    whose linkage ``weight / (size[x] * size[y])`` reaches ``link_threshold``. Entries pop
-    in ascending (-linkage, x, y); a popped entry is stale when x or y was merged away, or
-    its linkage now differs by more than 1e-12; otherwise y is folded into x.
+    ``weight`` (float64), ``vetoed`` flag (bool) and ``judged`` listing pairs (float64); the
+    heap starts with every unvetoed pair whose linkage (`_linkage`) reaches ``link_threshold``.
+    Entries pop in ascending (-linkage, x, y); a popped entry is stale when x or y was merged
+    away, or its linkage now differs by more than 1e-12; otherwise y is folded into x.
     """
     m = ends.shape[0]
     cells = (
@@ -205,14 +217,15 @@ def merge_loop(
         weight.copy(),
         vetoed.copy(),
         np.ones(m, dtype=np.bool_),
+        judged.copy(),
     )
-    end_a, end_b, w, v, alive = cells
+    end_a, end_b, w, v, alive, seen = cells
     lists = _adjacency(parent.shape[0], end_a, end_b)
     empty = np.empty(0, np.int64)
     heap = _reserve((np.empty(0), empty, empty, empty), 0, max(16, m))
     count = 0
     for c in range(m):
-        linkage = w[c] / (size[end_a[c]] * size[end_b[c]])
+        linkage = _linkage(w[c], seen[c], size[end_a[c]] * size[end_b[c]], unjudged_weight)
         if not v[c] and linkage >= link_threshold:
             _push(heap, count, (-linkage, end_a[c], end_b[c], c))
             count += 1
@@ -224,7 +237,7 @@ def merge_loop(
             _sift_down(heap, 0, count)
         if parent[x] != x or parent[y] != y or not alive[cxy] or v[cxy]:
             continue
-        if abs(w[cxy] / (size[x] * size[y]) + neg) > 1e-12:
+        if abs(_linkage(w[cxy], seen[cxy], size[x] * size[y], unjudged_weight) + neg) > 1e-12:
             continue  # stale entry: linkage changed since it was pushed
         parent[y] = x
         size[x] += size[y]
@@ -232,54 +245,83 @@ def merge_loop(
         marked = _mark(x, cells, lists)
         moved = _absorb(x, y, cells, lists)
         heap = _reserve(heap, count, marked + moved)
-        count = _push_links(x, cells, lists, (size, link_threshold), heap, count)
+        count = _push_links(x, cells, lists, (size, link_threshold, unjudged_weight), heap, count)
 
 
-def agglomerate(counts: np.ndarray, scored: pl.DataFrame, link_threshold: float) -> np.ndarray:
+def agglomerate(
+    counts: np.ndarray, scored: pl.DataFrame, link_threshold: float, unjudged_weight: float = 1.0
+) -> np.ndarray:
     """(n,) int64 cluster label (smallest member node) per node, by constrained average linkage.
 
     Linkage of clusters A, B = sum of accepted scores over cross pairs (weighted by listings per
-    node) / (|A| * |B|); a vetoed cross pair blocks the merge for good. Clusters merge in
-    descending linkage, ties by node index, so the result is deterministic and independent of
-    input order. The merge loop itself is `merge_loop` (compiled).
+    node) / (|A| * |B|), where a cross pair that was never a candidate counts as a score of 0
+    with weight ``unjudged_weight`` (1: as any rejected pair; lower: a large product whose
+    listings were not all compared still holds together); a vetoed cross pair blocks the merge
+    for good. Clusters merge in descending linkage, ties by node index, so the result is
+    deterministic and independent of input order. The merge loop itself is `merge_loop`
+    (compiled).
     """
     n = len(counts)
-    relevant, component = _relevant_pairs(n, scored)
+    relevant, component = _relevant_pairs(n, scored, keep_rejected=unjudged_weight < 1)
     xs = relevant["a"].to_numpy().astype(np.int64)
     ys = relevant["b"].to_numpy().astype(np.int64)
     ok = relevant[S.ACCEPTED].to_numpy()
     vetoed = relevant[S.VETO_REASON].to_numpy().astype(bool)
+    judged = (counts[xs] * counts[ys]).astype(np.float64)
     weights = np.where(ok, relevant["score"].to_numpy() * counts[xs] * counts[ys], 0.0)
-    lo, hi = np.minimum(xs, ys), np.maximum(xs, ys)
-    keys = (lo << 32) | hi
-    sorted_keys = np.sort(keys)
-    if np.any(sorted_keys[1:] == sorted_keys[:-1]):
-        # A repeated pair is one cell: weights summed in input order (np.add.at is unbuffered
-        # and sequential: ((w1 + w2) + w3), as the cell accumulated them), vetoes OR-ed.
-        unique, inverse = np.unique(keys, return_inverse=True)
-        summed = np.zeros(len(unique))
-        np.add.at(summed, inverse, weights)
-        any_veto = np.zeros(len(unique), dtype=bool)
-        np.logical_or.at(any_veto, inverse, vetoed)
-        lo, hi, weights, vetoed = unique >> 32, unique & 0xFFFFFFFF, summed, any_veto
+    lo, hi, weights, judged, vetoed = _one_cell_per_pair(xs, ys, weights, judged, vetoed)
     size = counts.astype(np.float64)
     # A component of two nodes holds exactly one cell and nothing else can touch it: it merges
     # iff that cell is unvetoed and its linkage reaches the threshold, as in the loop.
     two = np.bincount(component, minlength=n)[component[lo]] == 2
-    merges = two & ~vetoed & (weights / (size[lo] * size[hi]) >= link_threshold)
+    pairs = size[lo] * size[hi]
+    mean = weights / (unjudged_weight * pairs + (1.0 - unjudged_weight) * judged)
+    merges = two & ~vetoed & (mean >= link_threshold)
     parent = np.arange(n, dtype=np.int64)
     parent[hi[merges]] = lo[merges]
     rest = ~two
     ends = np.stack([lo[rest], hi[rest]], axis=1)
-    merge_loop(parent, size, ends, weights[rest], vetoed[rest], float(link_threshold))
+    merge_loop(
+        parent,
+        size,
+        ends,
+        weights[rest],
+        vetoed[rest],
+        judged[rest],
+        float(link_threshold),
+        float(unjudged_weight),
+    )
     return _resolve(parent)
 
 
-def _relevant_pairs(n: int, scored: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
-    """Accepted pairs, and vetoed pairs inside one component of the accepted graph: a rejected
-    pair adds nothing to a linkage and a veto across components can never be tested, so the
-    rest (most candidates) is dropped before the merge loop. Also returns the (n,)
-    component label of every node in the accepted graph."""
+def _one_cell_per_pair(  # noqa: PLR0913 - the columns of the pairs
+    xs: np.ndarray, ys: np.ndarray, weights: np.ndarray, judged: np.ndarray, vetoed: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """(lo, hi, weight, judged, vetoed) with lo < hi and a repeated pair made one cell: weights
+    and judged pairs summed in input order (np.add.at is unbuffered and sequential: ((w1 + w2)
+    + w3), as the cell accumulated them), vetoes OR-ed."""
+    lo, hi = np.minimum(xs, ys), np.maximum(xs, ys)
+    keys = (lo << 32) | hi
+    sorted_keys = np.sort(keys)
+    if not np.any(sorted_keys[1:] == sorted_keys[:-1]):
+        return lo, hi, weights, judged, vetoed
+    unique, inverse = np.unique(keys, return_inverse=True)
+    summed, seen = np.zeros(len(unique)), np.zeros(len(unique))
+    np.add.at(summed, inverse, weights)
+    np.add.at(seen, inverse, judged)
+    any_veto = np.zeros(len(unique), dtype=bool)
+    np.logical_or.at(any_veto, inverse, vetoed)
+    return unique >> 32, unique & 0xFFFFFFFF, summed, seen, any_veto
+
+
+def _relevant_pairs(
+    n: int, scored: pl.DataFrame, keep_rejected: bool = False
+) -> tuple[pl.DataFrame, np.ndarray]:
+    """Accepted pairs, and vetoed pairs inside one component of the accepted graph: a veto
+    across components can never be tested, so the rest (most candidates) is dropped before the
+    merge loop. A rejected pair adds nothing to a linkage unless unjudged pairs weigh less
+    than judged ones (``keep_rejected``: rejected pairs inside a component are kept too). Also
+    returns the (n,) component label of every node in the accepted graph."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
@@ -290,8 +332,9 @@ def _relevant_pairs(n: int, scored: pl.DataFrame) -> tuple[pl.DataFrame, np.ndar
         shape=(n, n),
     )
     component = connected_components(graph, directed=False)[1]
-    same = component[pairs["a"].to_numpy()] == component[pairs["b"].to_numpy()]
-    return pairs.filter(pl.col(S.ACCEPTED) | (pl.col(S.VETO_REASON) & pl.Series(same))), component
+    same = pl.Series(component[pairs["a"].to_numpy()] == component[pairs["b"].to_numpy()])
+    inside = same if keep_rejected else pl.col(S.VETO_REASON) & same
+    return pairs.filter(pl.col(S.ACCEPTED) | inside), component
 
 
 def _resolve(parent: np.ndarray) -> np.ndarray:

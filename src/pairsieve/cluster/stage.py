@@ -248,16 +248,24 @@ def cluster_listings(
         key = (pl.col("a").cast(pl.Int64) * (1 << 32) + pl.col("b")).alias("_key")
         scored = pl.concat([scored, reused.cast(scored.schema)]).sort(key)
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
-    labels = linkage.agglomerate(nodes["count"].to_numpy(), scored, resolved_link_threshold(c))
-    timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
-    details["candidates_by_signal"] = by_signal
-    details["candidate_pairs"] = len(scored)
-    details["accepted_pairs"] = int(scored[S.ACCEPTED].sum())
-    details["vetoes"] = dict(
-        sorted(scored.drop_nulls(S.VETO_REASON)[S.VETO_REASON].value_counts().iter_rows())
+    labels = linkage.agglomerate(
+        nodes["count"].to_numpy(), scored, resolved_link_threshold(c), c.unjudged_weight
     )
+    timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
+    details.update(_judged(scored, by_signal))
     details["timings"] = {k: round(v, 3) for k, v in timings.items()}
     return Clustering(frame, nodes, scored, labels, details, ivf)
+
+
+def _judged(scored: pl.DataFrame, by_signal: dict[str, int]) -> dict:
+    """What the verification decided: candidates per signal, pairs, accepted, vetoes by reason."""
+    vetoes = scored.drop_nulls(S.VETO_REASON)[S.VETO_REASON].value_counts().iter_rows()
+    return {
+        "candidates_by_signal": by_signal,
+        "candidate_pairs": len(scored),
+        "accepted_pairs": int(scored[S.ACCEPTED].sum()),
+        "vetoes": dict(sorted(vetoes)),
+    }
 
 
 def _node_pairs(frame: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
@@ -330,6 +338,14 @@ def products_frame(result: Clustering) -> pl.DataFrame:
     )
 
 
+def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
+    """``p_same`` of every scored pair (null without a calibration)."""
+    if calibration is None:
+        return pl.Series(S.P_SAME, [None] * len(scored), dtype=pl.Float32)
+    vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
+    return pl.Series(S.P_SAME, calibration.p_same(scored["score"].to_numpy(), vetoed))
+
+
 def pairs_frame(
     result: Clustering, calibration: Calibration | None = None, consume: bool = False
 ) -> pl.DataFrame:
@@ -374,18 +390,8 @@ def pairs_frame(
     ]
     sources = {name: scored[name] for name, _, _ in rest if name != S.LINK_SCORE}
     sources[S.LINK_SCORE] = scored["score"].alias(S.LINK_SCORE)
-    exact_p = None if calibration is None else calibration.exact
-    rest.append((S.P_SAME, exact_p, pl.Float32))
-    sources[S.P_SAME] = (
-        pl.Series(S.P_SAME, [None] * len(scored), dtype=pl.Float32)
-        if calibration is None
-        else pl.Series(
-            S.P_SAME,
-            calibration.p_same(
-                scored["score"].to_numpy(), scored[S.VETO_REASON].is_not_null().to_numpy()
-            ),
-        )
-    )
+    rest.append((S.P_SAME, None if calibration is None else calibration.exact, pl.Float32))
+    sources[S.P_SAME] = _p_same(scored, calibration)
     if consume:
         result.scored = scored = None
     for name, exact_value, dtype in rest:

@@ -43,10 +43,14 @@ class FakeRun:
         self.read.append(self.name)
         return self._label
 
+    def exact_pairs(self):
+        self.read.append(self.name)
+        return 9, 10
+
     def matrix(self, names):
         return np.column_stack([self.features[n] for n in names])
 
-    def scores(self, p, accept, link):
+    def scores(self, p, accept, link, unjudged=1.0):
         self.read.append(self.name)
         return score((p >= accept).astype(int).tolist(), self._label.astype(int).tolist())
 
@@ -60,7 +64,10 @@ def test_each_catalog_is_measured_by_a_model_fitted_without_it(transfer):
         read: list[str] = []
         runs = {name: FakeRun(name, i, read) for i, name in enumerate(names)}
         model = transfer.pooled_model(runs, fitted_on, ("cosine", "jaccard"))
-        accept, link = transfer.pick_thresholds(runs, fitted_on, model, 0.5)
+        accept, link, weight = transfer.pick_thresholds(runs, fitted_on, model, 0.5, (1.0, 0.0))
+        scores = {name: run.features["cosine"] for name, run in runs.items()}
+        fitted = transfer.pooled_calibration(runs, fitted_on, scores)
         assert held not in read and set(read) == set(fitted_on)
-        assert accept in transfer.PROBABILITIES and link in transfer.LINKS
+        assert accept in transfer.PROBABILITIES and link in transfer.LINKS and weight in (1, 0)
         assert model.coef[0] > 0  # the labels follow the cosine
+        assert fitted.unvetoed[0] > 0 and fitted.exact == pytest.approx(0.9)

@@ -254,9 +254,12 @@ def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
         assert reason == expected, (nodes[S.TITLE_NORM][a], nodes[S.TITLE_NORM][b])
 
 
-def _reference_agglomerate(counts: np.ndarray, scored: pl.DataFrame, threshold: float) -> list:
+def _reference_agglomerate(
+    counts: np.ndarray, scored: pl.DataFrame, threshold: float, unjudged: float = 1.0
+) -> list:
     """The constrained average linkage as a plain Python heap-and-dict loop (the code
-    `merge_loop` replaced): every pair is a [weight, vetoed] cell, summed when repeated."""
+    `merge_loop` replaced): every pair is a [weight, vetoed, judged] cell, summed when
+    repeated; unjudged pairs weigh ``unjudged`` in the mean."""
     import heapq
 
     n = len(counts)
@@ -265,42 +268,49 @@ def _reference_agglomerate(counts: np.ndarray, scored: pl.DataFrame, threshold: 
     for a, b, score, ok, veto in scored.iter_rows():
         w = score * float(counts[a]) * float(counts[b]) if ok else 0.0
         for p, q in ((a, b), (b, a)):
-            cell = links[p].setdefault(q, [0.0, False])
+            cell = links[p].setdefault(q, [0.0, False, 0.0])
             cell[0] += w
             cell[1] = cell[1] or veto is not None
+            cell[2] += float(counts[a] * counts[b])
+
+    def mean(x: int, y: int, cell: list) -> float:
+        return cell[0] / (unjudged * size[x] * size[y] + (1.0 - unjudged) * cell[2])
+
     parent = list(range(n))
     heap = [
-        (-w / (size[x] * size[y]), x, y)
+        (-mean(x, y, cell), x, y)
         for x in range(n)
-        for y, (w, v) in links[x].items()
-        if x < y and not v and w / (size[x] * size[y]) >= threshold
+        for y, cell in links[x].items()
+        if x < y and not cell[1] and mean(x, y, cell) >= threshold
     ]
     heapq.heapify(heap)
     while heap:
         neg, x, y = heapq.heappop(heap)
         if parent[x] != x or parent[y] != y or y not in links[x]:
             continue
-        w, v = links[x][y]
-        if v or abs(w / (size[x] * size[y]) + neg) > 1e-12:
+        cell = links[x][y]
+        if cell[1] or abs(mean(x, y, cell) + neg) > 1e-12:
             continue
         parent[y] = x
         size[x] += size[y]
         _reference_merge(x, y, links)
-        for z, (wz, vz) in links[x].items():
-            if not vz and wz / (size[x] * size[z]) >= threshold:
-                heapq.heappush(heap, (-wz / (size[x] * size[z]), min(x, z), max(x, z)))
+        for z, cz in links[x].items():
+            if not cz[1] and mean(x, z, cz) >= threshold:
+                heapq.heappush(heap, (-mean(x, z, cz), min(x, z), max(x, z)))
     return [_root(parent, node) for node in range(n)]
 
 
 def _reference_merge(x: int, y: int, links: list[dict[int, list]]) -> None:
-    """Fold y's cells into x's: weights summed, vetoes OR-ed, neighbours repointed."""
+    """Fold y's cells into x's: weights and judged pairs summed, vetoes OR-ed, neighbours
+    repointed."""
     del links[x][y]
-    for z, (wz, vz) in links[y].items():
+    for z, (wz, vz, jz) in links[y].items():
         if z == x:
             continue
-        cell = links[x].setdefault(z, [0.0, False])
+        cell = links[x].setdefault(z, [0.0, False, 0.0])
         cell[0] += wz
         cell[1] = cell[1] or vz
+        cell[2] += jz
         del links[z][y]
         links[z][x] = cell
     links[y] = {}
@@ -341,8 +351,20 @@ def test_compiled_merge_loop_equals_the_python_loop(seed: int) -> None:
     )
     counts = rng.integers(1, 4, n).astype(np.uint32)
     for threshold in (0.3, 0.5, 0.8):
-        want = _reference_agglomerate(counts, scored, threshold)
-        assert linkage.agglomerate(counts, scored, threshold).tolist() == want
+        for unjudged in (1.0, 0.5, 0.0):
+            want = _reference_agglomerate(counts, scored, threshold, unjudged)
+            found = linkage.agglomerate(counts, scored, threshold, unjudged)
+            assert found.tolist() == want, (threshold, unjudged)
+
+
+def test_unjudged_pairs_weigh_what_the_knob_says() -> None:
+    """Nodes 0-3 are one product whose pairs 0-2 and 1-3 were never candidates: counted as
+    zeros they hold the clusters {0, 1} and {2, 3} apart at threshold 0.6 (mean 0.45 over the
+    four cross pairs); left out of the mean (weight 0) they merge (0.9 over the two judged)."""
+    rows = [(0, 1, 0.9, True, None), (2, 3, 0.9, True, None)]
+    rows += [(0, 3, 0.9, True, None), (1, 2, 0.9, True, None)]
+    assert len(set(linkage.agglomerate(np.ones(4, dtype=np.int64), _scored(rows), 0.6))) == 2
+    assert set(linkage.agglomerate(np.ones(4, dtype=np.int64), _scored(rows), 0.6, 0.0)) == {0}
 
 
 def test_in_processes_is_ordered_and_reports_failures() -> None:

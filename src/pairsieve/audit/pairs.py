@@ -1,0 +1,108 @@
+"""The (positive, negative) pairs of an audited dataset: the listing that stands for each of its
+texts, the clustering that judges every pair besides its candidates, and each pair's
+``p_same`` read back from that clustering's ``pairs.parquet``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.cluster.calibration import load_calibration
+from pairsieve.config import PairsieveConfig
+
+NEGATIVES = "negatives"  # list[str] column of the normalised dataset
+
+
+def text_listings(listings: pl.DataFrame) -> pl.DataFrame:
+    """(title, listing_id): the listing that stands for each distinct text (its smallest id)."""
+    return (
+        listings.select(S.TITLE, pl.col(S.LISTING_ID).cast(pl.String))
+        .sort(S.LISTING_ID)
+        .unique(S.TITLE, keep="first", maintain_order=True)
+    )
+
+
+def negative_pairs(data: pl.DataFrame, listings: pl.DataFrame) -> pl.DataFrame:
+    """One row per (row, negative) in file order: ``_row``, the texts, ``_false`` when ``data``
+    has it, and their listings (``listing_a`` the positive's, ``listing_b`` the negative's)."""
+    ids = text_listings(listings)
+    flags = ["_false"] if "_false" in data.columns else []
+    return (
+        data.with_row_index("_row")
+        .select("_row", S.POSITIVE, NEGATIVES, *flags)
+        .explode([NEGATIVES, *flags])
+        .join(
+            ids.rename({S.TITLE: S.POSITIVE, S.LISTING_ID: S.LISTING_A}),
+            on=S.POSITIVE,
+            maintain_order="left",
+        )
+        .join(
+            ids.rename({S.TITLE: NEGATIVES, S.LISTING_ID: S.LISTING_B}),
+            on=NEGATIVES,
+            maintain_order="left",
+        )
+    )
+
+
+def cluster_texts(
+    cfg: PairsieveConfig, listings: pl.DataFrame, work_dir: Path, encoder: Any, data: pl.DataFrame
+) -> pl.DataFrame:
+    """(title, product_id) for every distinct text, via the cluster stage (files in work_dir),
+    which also judges every (positive, negative) pair of ``data``."""
+    from pairsieve.cluster import stage as cluster
+
+    requested = negative_pairs(data, listings).select(S.LISTING_A, S.LISTING_B)
+    cluster.run(cfg, cluster.Inputs(listings, requested), work_dir, encoder=encoder)
+    products = pl.read_parquet(work_dir / S.PRODUCTS_FILE)
+    return (
+        text_listings(listings)
+        .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
+        .select(S.TITLE, S.PRODUCT_ID)
+    )
+
+
+def negative_probabilities(
+    labelled: pl.DataFrame, listings: pl.DataFrame, work_dir: Path
+) -> pl.Series | None:
+    """``p_same`` per row: the probability that each negative is its positive's product (a
+    list, in order). A copy of the positive's text is 1; identical normalised titles get the
+    calibrated share of such pairs; other pairs their probability in the clustering's
+    ``pairs.parquet`` (every pair is judged there, as `cluster_texts` requests them; one that
+    is not counts by its clusters). None when the clustering wrote no probabilities (the rule
+    verifier)."""
+    pairs = pl.read_parquet(
+        work_dir / S.PAIRS_FILE, columns=[S.LISTING_A, S.LISTING_B, S.SIGNAL, S.P_SAME]
+    )
+    if pairs.height and pairs[S.P_SAME].null_count() == pairs.height:
+        return None
+    is_exact = pl.col(S.SIGNAL) == "exact"
+    # Scored pairs name each node by its representative listing; the exact rows link every
+    # other listing of a node (same normalised title) to it.
+    rep_of = pairs.filter(is_exact).select(
+        pl.col(S.LISTING_B).alias("_id"), pl.col(S.LISTING_A).alias("_rep")
+    )
+    judged = pairs.filter(~is_exact).select(
+        pl.min_horizontal(S.LISTING_A, S.LISTING_B).alias("_lo"),
+        pl.max_horizontal(S.LISTING_A, S.LISTING_B).alias("_hi"),
+        S.P_SAME,
+    )
+    flat = negative_pairs(labelled, listings)
+    for end, rep in ((S.LISTING_A, "_ra"), (S.LISTING_B, "_rb")):
+        flat = flat.join(rep_of, left_on=end, right_on="_id", how="left", maintain_order="left")
+        flat = flat.with_columns(pl.coalesce("_rep", end).alias(rep)).drop("_rep")
+    flat = flat.with_columns(
+        pl.min_horizontal("_ra", "_rb").alias("_lo"), pl.max_horizontal("_ra", "_rb").alias("_hi")
+    ).join(judged, on=["_lo", "_hi"], how="left", maintain_order="left")
+    p = (
+        pl.when(pl.col(S.POSITIVE) == pl.col(NEGATIVES))
+        .then(1.0)
+        .when(pl.col("_ra") == pl.col("_rb"))
+        .then(load_calibration().exact)
+        .otherwise(pl.col(S.P_SAME).fill_null(pl.col("_false").cast(pl.Float64)))
+    )
+    per_row = flat.group_by("_row", maintain_order=True).agg(p.cast(pl.Float64).alias(S.P_SAME))
+    return per_row[S.P_SAME]
