@@ -134,18 +134,14 @@ def per_negative(dataset: Path, catalog: Path, out: Path, cfg: PairsieveConfig) 
         .select(S.TITLE, S.PRODUCT_ID)
     )
     labelled = audit.label_rows(data, product_of)
-    labelled = labelled.with_columns(
-        audit_pairs.negative_probabilities(labelled, listings, out / "cluster")
-    )
+    table = audit_pairs.negative_table(labelled, listings, out / "cluster")
     truth = (
         pl.read_parquet(catalog)
         .sort(S.LISTING_ID)
         .unique(S.TITLE, keep="first", maintain_order=True)
         .select(S.TITLE, S.TRUE_PRODUCT_ID)
     )
-    flat = labelled.select(S.POSITIVE, audit.NEGATIVES, S.P_SAME, "_false").explode(
-        [audit.NEGATIVES, S.P_SAME, "_false"]
-    )
+    flat = table.select(S.POSITIVE, audit.NEGATIVES, S.P_SAME, "_false")
     for column, alias in ((S.POSITIVE, "_tp"), (audit.NEGATIVES, "_tn")):
         flat = flat.join(
             truth.rename({S.TITLE: column, S.TRUE_PRODUCT_ID: alias}),

@@ -73,6 +73,10 @@ OutOpt = Annotated[Path, typer.Option("--out", help="Output folder.")]
 ClicksInputsOpt = Annotated[
     list[str], typer.Option("--clicks", help="Click log: file, glob, folder or URL (repeatable).")
 ]
+LabelsOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--labels", help="Label file with answers (`pairsieve label`, repeatable)."),
+]
 CatalogInputsOpt = Annotated[
     list[str], typer.Option("--catalog", help="Listing catalog: file, glob, folder or URL.")
 ]
@@ -290,6 +294,7 @@ def audit_command(
     catalog: Annotated[
         Path | None, typer.Option("--catalog", help="Catalog (listing_id, title) to cluster with.")
     ] = None,
+    labels: LabelsOpt = None,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
@@ -303,6 +308,7 @@ def audit_command(
             out=str(out),
             catalog=str(catalog) if catalog else None,
             config=cfg.model_dump(mode="json"),
+            labels=[str(p) for p in labels or []],
         )
     print_json({"report": str(out / "report.html"), **result})
 
@@ -456,3 +462,37 @@ def mine_eval_command(  # noqa: PLR0913 - one parameter per CLI option
     result = mine_eval.run_eval(cfg, frame, out, truth_column=truth_column)
     sys.stdout.write(mine_eval.format_table(result) + "\n")
     console.print(f"targets: {result['targets']}  (JSON: {out / 'mine_eval.json'})")
+
+
+# --- labels ---------------------------------------------------------------------------------------
+label_app = typer.Typer(no_args_is_help=True, help="Label pairs of your catalog.")
+app.add_typer(label_app, name="label")
+
+
+@label_app.command("sample")
+@handle_errors
+def label_sample(
+    out: Annotated[Path, typer.Option("--out", help="Label file to write (JSONL).")],
+    run: Annotated[Path | None, typer.Option("--run", help="A build folder.")] = None,
+    audit_dir: Annotated[Path | None, typer.Option("--audit", help="An audit's --out.")] = None,
+    n: Annotated[int, typer.Option("--n", min=1, help="Pairs to draw from each source.")] = 300,
+    seed: Annotated[int, typer.Option("--seed", help="Same seed, same pairs.")] = 0,
+) -> None:
+    """Draw pairs to label, stratified by p_same: a build's candidates and/or an audit's pairs."""
+    from pairsieve.labels.pairs import write_sample
+
+    print_json({"labels": str(out), "pairs": write_sample(run, audit_dir, n, seed, out)})
+
+
+@label_app.command("serve")
+@handle_errors
+def label_serve(
+    path: Annotated[Path, typer.Argument(help="The label file to answer.")],
+    port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1.")] = 8765,
+) -> None:
+    """Serve the labelling page (y same, n different, s skip, u undo) until Ctrl-C."""
+    from pairsieve.labels.serve import server
+
+    httpd = server(path, port)
+    console.print(f"labelling {path} at http://127.0.0.1:{httpd.server_address[1]}/")
+    httpd.serve_forever()

@@ -29,6 +29,7 @@ LAYERS = {
     "pairsieve.shards": 3,
     "pairsieve.report": 3,
     "pairsieve.audit": 3,
+    "pairsieve.labels": 3,
     "pairsieve.training": 4,
     "pairsieve.orchestration": 4,
     "pairsieve.cli": 5,

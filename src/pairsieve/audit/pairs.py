@@ -13,6 +13,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster.calibration import load_calibration
 from pairsieve.config import PairsieveConfig
+from pairsieve.labels.pairs import LINKED, ROWS, pair_id
 
 NEGATIVES = "negatives"  # list[str] column of the normalised dataset
 
@@ -65,15 +66,16 @@ def cluster_texts(
     )
 
 
-def negative_probabilities(
+def negative_table(
     labelled: pl.DataFrame, listings: pl.DataFrame, work_dir: Path
-) -> pl.Series | None:
-    """``p_same`` per row: the probability that each negative is its positive's product (a
-    list, in order). A copy of the positive's text is 1; identical normalised titles get the
-    calibrated share of such pairs; other pairs their probability in the clustering's
-    ``pairs.parquet`` (every pair is judged there, as `cluster_texts` requests them; one that
-    is not counts by its clusters). None when the clustering wrote no probabilities (the rule
-    verifier)."""
+) -> pl.DataFrame | None:
+    """One row per (row, negative) of the labelled dataset, in order: ``_row``, the texts,
+    their listings, ``_false`` (clustered into the positive's product) and ``p_same``, the
+    probability that the negative is its positive's product. A copy of the positive's text is
+    1; identical normalised titles get the calibrated share of such pairs; other pairs their
+    probability in the clustering's ``pairs.parquet`` (every pair is judged there, as
+    `cluster_texts` requests them; one that is not counts by its clusters). None when the
+    clustering wrote no probabilities (the rule verifier)."""
     pairs = pl.read_parquet(
         work_dir / S.PAIRS_FILE, columns=[S.LISTING_A, S.LISTING_B, S.SIGNAL, S.P_SAME]
     )
@@ -104,5 +106,47 @@ def negative_probabilities(
         .then(load_calibration().exact)
         .otherwise(pl.col(S.P_SAME).fill_null(pl.col("_false").cast(pl.Float64)))
     )
-    per_row = flat.group_by("_row", maintain_order=True).agg(p.cast(pl.Float64).alias(S.P_SAME))
-    return per_row[S.P_SAME]
+    return flat.select(
+        "_row", S.POSITIVE, NEGATIVES, S.LISTING_A, S.LISTING_B, "_false", p.alias(S.P_SAME)
+    )
+
+
+def per_row(table: pl.DataFrame) -> pl.Series:
+    """``p_same`` of each row's negatives, as a list per row in order."""
+    rows = table.group_by("_row", maintain_order=True).agg(pl.col(S.P_SAME).cast(pl.Float64))
+    return rows[S.P_SAME]
+
+
+def distinct_pairs(table: pl.DataFrame) -> pl.DataFrame:
+    """The audit's pairs to estimate over and to label: one row per distinct (positive,
+    negative) with its ``pair_id``, listings, texts, ``p_same``, ``linked`` and ``rows`` (how
+    many of the dataset's negatives it is)."""
+    return (
+        table.group_by(S.POSITIVE, NEGATIVES)
+        .agg(
+            pl.col(S.LISTING_A).first(),
+            pl.col(S.LISTING_B).first(),
+            pl.col(S.P_SAME).first().cast(pl.Float64),
+            pl.col("_false").first().alias(LINKED),
+            pl.len().cast(pl.Int64).alias(ROWS),
+        )
+        .with_columns(
+            pl.struct(S.POSITIVE, NEGATIVES)
+            .map_elements(lambda r: pair_id("audit", r[S.POSITIVE], r[NEGATIVES]), pl.String)
+            .alias("pair_id"),
+            pl.lit("audit").alias("source"),
+        )
+        .rename({S.POSITIVE: "text_a", NEGATIVES: "text_b"})
+        .select(
+            "pair_id",
+            S.LISTING_A,
+            S.LISTING_B,
+            "text_a",
+            "text_b",
+            S.P_SAME,
+            "source",
+            LINKED,
+            ROWS,
+        )
+        .sort("pair_id")
+    )

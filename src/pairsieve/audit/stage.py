@@ -25,13 +25,23 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.audit.pairs import NEGATIVES, cluster_texts, negative_probabilities
+from pairsieve.audit.pairs import (
+    NEGATIVES,
+    cluster_texts,
+    distinct_pairs,
+    negative_table,
+    per_row,
+)
 from pairsieve.cluster.calibration import load_calibration, mean_with_interval
 from pairsieve.config import PairsieveConfig
+from pairsieve.core import io
 from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
 from pairsieve.ingest.catalog import read_catalog
+from pairsieve.labels.estimate import share_from_labels
+from pairsieve.labels.pairs import ROWS
+from pairsieve.labels.store import answered
 from pairsieve.report import sections as R
 from pairsieve.report.stage import (
     REPORT_SCHEMA_VERSION,
@@ -51,6 +61,7 @@ class Inputs:
 
     dataset: Path
     catalog: Path | None = None
+    labels: tuple[Path, ...] = ()  # label files (`pairsieve label sample`) with answers
 
 
 _SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".json")
@@ -397,6 +408,30 @@ def build_report(  # noqa: PLR0913 - the audit's inputs, already read
     return report
 
 
+def with_labels(report: dict[str, Any], population: pl.DataFrame | None, files) -> None:
+    """Replace the model's false-negative rate by the one the answered labels correct, with
+    its interval; the model's own estimate and the labels used or not matched stay beside it.
+
+    Raises:
+        PairsieveError: ``bad_config`` when the clustering gave no p_same (rule verifier).
+    """
+    if population is None:
+        raise PairsieveError(
+            "bad_config", "--labels needs p_same: the learned verifier", knob="cluster.verifier"
+        )
+    found, unmatched = share_from_labels(population, answered(list(files)), weight=ROWS)
+    figures = report["audit"]["figures"]
+    figures["false_negative_rate_model_only"] = figures["false_negative_rate"]
+    figures["false_negative_rate"] = report["false_negative_rate"] = found.value
+    figures["false_negative_rate_ci"] = list(found.interval)
+    figures["labels_used"] = found.labels
+    figures["labels_not_in_this_audit"] = unmatched
+    report["audit"]["notes"].append(
+        f"With {found.labels} answered labels, the rate is the model's mean p_same corrected by "
+        "the labelled residuals in each p_same stratum; its interval is that estimator's."
+    )
+
+
 def run(cfg: PairsieveConfig, inputs: Inputs, out_dir: Path, *, encoder: Any = None) -> StageResult:
     """Audit the dataset (and cluster it with the catalog): writes report.html and report.json
     (top key ``false_negative_rate``) into ``out_dir`` and the clustering into ``out_dir/cluster``.
@@ -419,10 +454,14 @@ def run(cfg: PairsieveConfig, inputs: Inputs, out_dir: Path, *, encoder: Any = N
     listings = listings_for(data, catalog_df)
     product_of = cluster_texts(cfg, listings, out_dir / "cluster", encoder, data)
     labelled = row_scores(cfg, label_rows(data, product_of), encoder)
-    p_same = negative_probabilities(labelled, listings, out_dir / "cluster")
-    if p_same is not None:
-        labelled = labelled.with_columns(p_same)
+    table = negative_table(labelled, listings, out_dir / "cluster")
+    population = None if table is None else distinct_pairs(table)
+    if table is not None:
+        labelled = labelled.with_columns(per_row(table))
+        io.write_parquet(population, out_dir / S.AUDIT_PAIRS_FILE)
     report = build_report(cfg, dataset, catalog_df, labelled, listings, out_dir)
+    if inputs.labels:
+        with_labels(report, population, inputs.labels)
     report["accounting"] = R.section(
         "Accounting",
         tables={

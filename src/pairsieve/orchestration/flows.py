@@ -82,8 +82,16 @@ def report_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
 
 
 @task(name="audit", **_TASK_OPTIONS)
-def audit_task(cfg: PairsieveConfig, dataset: str, catalog: str | None, out: str) -> StageResult:
-    return steps.audit_step(cfg, Path(dataset), Path(catalog) if catalog else None, Path(out))
+def audit_task(
+    cfg: PairsieveConfig, dataset: str, catalog: str | None, out: str, labels: list[str]
+) -> StageResult:
+    return steps.audit_step(
+        cfg,
+        Path(dataset),
+        Path(catalog) if catalog else None,
+        Path(out),
+        tuple(Path(p) for p in labels),
+    )
 
 
 @task(name="publish-artifacts", cache_policy=NO_CACHE)
@@ -201,11 +209,13 @@ def audit(
     out: str,
     catalog: str | None = None,
     config: dict[str, Any] | None = None,
+    labels: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Measure the false negatives of a contrastive dataset built elsewhere (report in ``out``)."""
+    """Measure the false negatives of a contrastive dataset built elsewhere (report in
+    ``out``); ``labels`` are label files whose answers correct the estimate."""
     cfg = build_config(config or {})
     with progress.shown_by(ProgressArtifacts()):
-        result = audit_task(cfg, dataset, catalog, out)
+        result = audit_task(cfg, dataset, catalog, out, list(labels or []))
     artifacts_task(Path(out), key="pairsieve-audit")
     return result.to_json() | {"skipped": result.skipped}
 

@@ -226,14 +226,23 @@ def report_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
     return _run_downstream(cfg, run_dir, "report", lambda tmp: report.run(cfg, layout, tmp))
 
 
-def audit_step(cfg: PairsieveConfig, dataset: Path, catalog: Path | None, out: Path) -> StageResult:
-    """Audit a dataset built elsewhere into the folder ``out`` (published atomically)."""
+def audit_step(
+    cfg: PairsieveConfig,
+    dataset: Path,
+    catalog: Path | None,
+    out: Path,
+    labels: tuple[Path, ...] = (),
+) -> StageResult:
+    """Audit a dataset built elsewhere into the folder ``out`` (published atomically), its
+    estimate corrected by the answered ``labels`` files when given."""
     from pairsieve.audit import stage as audit
     from pairsieve.core import io
 
-    files = [dataset] + ([catalog] if catalog else [])
+    files = [dataset] + ([catalog] if catalog else []) + list(labels)
     digests = sorted(f"{p}:{io.content_digest(p)}" for p in io.resolve_inputs(files))
-    inputs = audit.Inputs(Path(dataset), Path(catalog) if catalog else None)
+    inputs = audit.Inputs(
+        Path(dataset), Path(catalog) if catalog else None, tuple(Path(p) for p in labels)
+    )
     out = Path(out)
     return run_stage(
         out.name,

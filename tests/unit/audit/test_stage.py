@@ -15,6 +15,7 @@ from pairsieve.cli import app
 from pairsieve.cluster.calibration import load_calibration
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
+from pairsieve.labels import store
 from pairsieve.report.labels import label
 from tests.unit.report.test_labels import unlabelled
 
@@ -168,3 +169,29 @@ def test_audit_report_renders_in_chromium(st_audit, tmp_path):
         pytest.skip("Chromium absent: `apt-get install chromium` (make test does it)")
     tmp, _, _ = st_audit
     assert_page_renders(tmp / "out", tmp_path / "profile")
+
+
+def test_labels_drawn_from_an_audit_correct_its_estimate(st_audit, tmp_path, encoder):
+    tmp, _, _ = st_audit
+    labels = tmp_path / "labels.jsonl"
+    drawn = CliRunner().invoke(
+        app, ["label", "sample", "--audit", str(tmp / "out"), "--n", "8", "--out", str(labels)]
+    )
+    assert drawn.exit_code == 0, drawn.output
+    rows = store.read_labels(labels)
+    assert rows.height == 8 and set(rows["source"]) == {"audit"}  # every distinct pair
+    # A person answers every pair: the three negatives of the positive's product are "same".
+    same = {(IPHONE, "APPLE iPhone 8 64GB  Space Grey"), (GALAXY, GALAXY), (SONY, ROWS[3][2][1])}
+    answers = [(a, b) in same for a, b in rows.select("text_a", "text_b").iter_rows()]
+    store.write_labels(rows.with_columns(pl.Series("label", answers)), labels)
+    other = tmp_path / "other.jsonl"
+    other.write_text('{"pair_id": "cdeadbeef", "label": true}\n')
+    inputs = audit.Inputs(write_st(tmp_path / "ds.parquet"), labels=(labels, other))
+    audit.run(_cfg(tmp_path), inputs, tmp_path / "out", encoder=encoder)
+    rep = json.loads((tmp_path / "out" / S.REPORT_JSON).read_text())
+    figures = rep["audit"]["figures"]
+    assert rep["false_negative_rate"] == pytest.approx(3 / 8)  # every pair known: exact
+    assert figures["false_negative_rate_ci"] == pytest.approx([3 / 8, 3 / 8])
+    assert figures["labels_used"] == 8 and figures["labels_not_in_this_audit"] == 1
+    assert figures["false_negative_rate_model_only"] != pytest.approx(3 / 8)
+    assert unlabelled(rep) == []

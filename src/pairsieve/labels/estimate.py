@@ -1,0 +1,90 @@
+"""Estimates with intervals from the model's ``p_same`` everywhere and a few labels.
+
+The share of true pairs in a population (the audit's false-negative rate, the precision of the
+pairs pairsieve merged) is the model's mean ``p_same``, corrected by what the labels say the model
+got wrong: in each ``p_same`` stratum, the mean labelled residual (answer minus p_same) times
+the stratum's size. This is the difference estimator of survey sampling, the idea behind
+prediction-powered inference: the model carries the estimate where it is right and costs
+nothing, and the labels only have to measure its error, which varies less than the answers
+themselves. Strata are taken from the pairs' current ``p_same`` (post-stratification), so labels
+drawn before a rebuild still count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from pairsieve.labels.sample import EDGES, strata
+
+Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A share with its 95% interval and the labels it used (0: the model alone)."""
+
+    value: float
+    interval: tuple[float, float]
+    labels: int
+
+
+def labelled_share(
+    population_p: np.ndarray,
+    labelled_p: np.ndarray,
+    answers: np.ndarray,
+    population_weight: np.ndarray | None = None,
+    labelled_weight: np.ndarray | None = None,
+) -> Estimate:
+    """The weighted share of true pairs in a population from its ``p_same`` and labelled pairs.
+
+    ``population_p`` (N,) is every pair's p_same; ``labelled_p`` and ``answers`` (n,) are those
+    of the labelled pairs (members of the population, answers 0/1). Weights count a pair several
+    times (an audit pair met by several rows); default 1.
+    """
+    p = np.asarray(population_p, dtype=np.float64)
+    m = np.ones_like(p) if population_weight is None else np.asarray(population_weight, float)
+    lp = np.asarray(labelled_p, dtype=np.float64)
+    y = np.asarray(answers, dtype=np.float64)
+    lm = np.ones_like(lp) if labelled_weight is None else np.asarray(labelled_weight, float)
+    total = float(m.sum())
+    if total == 0:
+        return Estimate(0.0, (0.0, 0.0), int(len(y)))
+    k = len(EDGES) - 1
+    sizes = np.bincount(strata(p), minlength=k)
+    which = strata(lp)
+    residual = lm * (y - lp)
+    estimate, variance = float((m * p).sum()), 0.0
+    for h in np.flatnonzero(sizes):
+        r = residual[which == h]
+        if not len(r):
+            continue
+        estimate += sizes[h] * r.mean()
+        spread = r.var(ddof=1) if len(r) > 1 else r[0] ** 2
+        variance += sizes[h] ** 2 * max(0.0, 1 - len(r) / sizes[h]) * spread / len(r)
+    value = min(1.0, max(0.0, estimate / total))
+    half = Z95 * np.sqrt(variance) / total
+    return Estimate(value, (max(0.0, value - half), min(1.0, value + half)), int(len(y)))
+
+
+def share_from_labels(
+    population: pl.DataFrame, answers: pl.DataFrame, weight: str | None = None
+) -> tuple[Estimate, int]:
+    """`labelled_share` of a population (``pair_id``, ``p_same`` and the ``weight`` column)
+    from the answered labels (``pair_id``, ``label``) that name its pairs, and how many
+    answers name none of them (kept in their file, reported, never used here)."""
+    hit = population.join(answers.select("pair_id", "label"), on="pair_id", how="inner")
+
+    def weights(frame: pl.DataFrame) -> np.ndarray | None:
+        return None if weight is None else frame[weight].to_numpy().astype(np.float64)
+
+    found = labelled_share(
+        population["p_same"].to_numpy(),
+        hit["p_same"].to_numpy(),
+        hit["label"].to_numpy().astype(np.float64),
+        weights(population),
+        weights(hit),
+    )
+    return found, answers.height - hit.height

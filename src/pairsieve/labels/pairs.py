@@ -1,0 +1,104 @@
+"""The pairs labels are about: a build's judged candidate pairs and an audit's (positive,
+negative) pairs, each with a stable ``pair_id``, both texts, its ``p_same`` and whether pairsieve
+put the two in one product.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.core.hashing import hex_digest
+from pairsieve.core.layout import RunLayout
+from pairsieve.errors import PairsieveError
+from pairsieve.labels import sample
+from pairsieve.labels.store import write_labels
+
+LINKED = "linked"  # the two are in one product id
+ROWS = "rows"  # an audit pair: how many of the dataset's negatives it is
+
+
+def pair_id(source: str, first: str, second: str) -> str:
+    """The id of an unordered pair of listings (``candidate``) or an ordered (positive,
+    negative) text pair (``audit``)."""
+    if source == "candidate":
+        first, second = sorted((first, second))
+    return source[0] + hex_digest(first + "\x1f" + second)
+
+
+def _ids(source: str, first: str, second: str) -> pl.Expr:
+    return pl.struct(first, second).map_elements(
+        lambda r: pair_id(source, r[first], r[second]), return_dtype=pl.String
+    )
+
+
+def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
+    """Every judged candidate pair of a build (or of `pairsieve cluster`'s output folder with
+    the catalog's listings beside it): pair_id, listing ids, titles, p_same, linked.
+
+    Raises:
+        PairsieveError: ``missing_file`` without a clustering, ``bad_input`` when it has no
+        ``p_same`` (made by the rule verifier).
+    """
+    layout = RunLayout(run_dir)
+    pairs_path, products_path = layout.pairs, layout.products
+    if not pairs_path.exists():
+        raise PairsieveError("missing_file", "no cluster/pairs.parquet", file=str(pairs_path))
+    pairs = pl.read_parquet(pairs_path).filter(pl.col(S.SIGNAL) != "exact")
+    if S.P_SAME not in pairs.columns or pairs[S.P_SAME].null_count() == pairs.height > 0:
+        raise PairsieveError(
+            "bad_input", "the clustering has no p_same (rule verifier)", file=str(pairs_path)
+        )
+    titles = pl.read_parquet(layout.listings, columns=[S.LISTING_ID, S.TITLE])
+    product = pl.read_parquet(products_path, columns=[S.LISTING_ID, S.PRODUCT_ID])
+    out = pairs.select(S.LISTING_A, S.LISTING_B, pl.col(S.P_SAME).cast(pl.Float64))
+    for end, suffix in ((S.LISTING_A, "a"), (S.LISTING_B, "b")):
+        out = out.join(
+            titles.rename({S.LISTING_ID: end, S.TITLE: f"text_{suffix}"}), on=end, how="left"
+        ).join(product.rename({S.LISTING_ID: end, S.PRODUCT_ID: f"_p{suffix}"}), on=end)
+    return out.select(
+        _ids("candidate", S.LISTING_A, S.LISTING_B).alias("pair_id"),
+        S.LISTING_A,
+        S.LISTING_B,
+        "text_a",
+        "text_b",
+        S.P_SAME,
+        pl.lit("candidate").alias("source"),
+        (pl.col("_pa") == pl.col("_pb")).alias(LINKED),
+    )
+
+
+def audit_pairs(audit_dir: str | Path) -> pl.DataFrame:
+    """The (positive, negative) pairs of an audit, one row per distinct pair: pair_id, listing
+    ids, texts, p_same, linked and ``rows`` (how many negatives of the dataset it is).
+
+    Raises:
+        PairsieveError: ``missing_file`` when the folder holds no audit.
+    """
+    path = Path(audit_dir) / S.AUDIT_PAIRS_FILE
+    if not path.exists():
+        raise PairsieveError(
+            "missing_file", "not an audit folder (or its clustering had no p_same)", file=str(path)
+        )
+    return pl.read_parquet(path)
+
+
+def write_sample(run_dir: Path | None, audit_dir: Path | None, n: int, seed: int, out: Path) -> int:
+    """Draw ``n`` pairs to label from a build's candidates and ``n`` from an audit's pairs
+    (whichever folders are given), stratified by p_same (`sample.draw`), and write them as a
+    label file with every label null; returns the pairs written.
+
+    Raises:
+        PairsieveError: ``bad_argument`` when neither folder is given.
+    """
+    if run_dir is None and audit_dir is None:
+        raise PairsieveError("bad_argument", "give --run, --audit or both")
+    sources = [candidate_pairs(run_dir)] if run_dir is not None else []
+    sources += [audit_pairs(audit_dir)] if audit_dir is not None else []
+    columns = ["pair_id", S.LISTING_A, S.LISTING_B, "text_a", "text_b", S.P_SAME, "source"]
+    drawn = pl.concat([sample.draw(frame.select(columns), n, seed) for frame in sources])
+    rows = drawn.with_columns(pl.lit(None, dtype=pl.Boolean).alias("label"))
+    write_labels(rows, out)
+    return rows.height
