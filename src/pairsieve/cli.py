@@ -146,6 +146,7 @@ def run_build(
     out: Path,
     cfg: PairsieveConfig,
     previous: Path | None = None,
+    labels: list[Path] | None = None,
 ) -> dict[str, Any]:
     """Run the Prefect `build` flow and print what each stage did."""
     from pairsieve.orchestration.flows import build
@@ -157,6 +158,7 @@ def run_build(
             out=str(out),
             config=cfg.model_dump(mode="json"),
             previous=str(previous) if previous else None,
+            labels=[str(p) for p in labels or []],
         )
     _print_build_summary(summary, out)
     return summary
@@ -164,7 +166,7 @@ def run_build(
 
 @app.command("build")
 @handle_errors
-def build_cmd(
+def build_cmd(  # noqa: PLR0913 - one parameter per CLI option
     clicks: ClicksInputsOpt,
     catalog: CatalogInputsOpt,
     out: OutOpt,
@@ -178,9 +180,10 @@ def build_cmd(
             "and unchanged queries' negatives are reused.",
         ),
     ] = None,
+    labels: LabelsOpt = None,
 ) -> None:
     """Build a clean training set: ingest, cluster, mine, shards, report (a Prefect flow run)."""
-    run_build(clicks, catalog, out, config_from_cli(config, overrides), previous)
+    run_build(clicks, catalog, out, config_from_cli(config, overrides), previous, labels)
 
 
 def _find_sample() -> Path | None:
@@ -464,7 +467,6 @@ def mine_eval_command(  # noqa: PLR0913 - one parameter per CLI option
     console.print(f"targets: {result['targets']}  (JSON: {out / 'mine_eval.json'})")
 
 
-# --- labels ---------------------------------------------------------------------------------------
 label_app = typer.Typer(no_args_is_help=True, help="Label pairs of your catalog.")
 app.add_typer(label_app, name="label")
 

@@ -88,3 +88,41 @@ def share_from_labels(
         weights(hit),
     )
     return found, answers.height - hit.height
+
+
+def labelled_ratio(
+    population_p: np.ndarray,
+    population_in: np.ndarray,
+    labelled_p: np.ndarray,
+    labelled_in: np.ndarray,
+    answers: np.ndarray,
+) -> Estimate:
+    """The share of a population's true pairs that fall in a subset (``*_in``): recall of the
+    pairs pairsieve linked among all judged pairs. Numerator and denominator are each a
+    difference estimate (`labelled_share`'s, as totals); the interval is the ratio's, by
+    linearisation: the labelled residuals weighted by (in - ratio)."""
+    p = np.asarray(population_p, dtype=np.float64)
+    inside = np.asarray(population_in, dtype=np.float64)
+    lp = np.asarray(labelled_p, dtype=np.float64)
+    lin = np.asarray(labelled_in, dtype=np.float64)
+    residual = np.asarray(answers, dtype=np.float64) - lp
+    k = len(EDGES) - 1
+    sizes = np.bincount(strata(p), minlength=k)
+    which = strata(lp)
+    top, bottom = float((inside * p).sum()), float(p.sum())
+    for h in np.flatnonzero(sizes):
+        here = which == h
+        if here.any():
+            top += sizes[h] * (lin[here] * residual[here]).mean()
+            bottom += sizes[h] * residual[here].mean()
+    if bottom <= 0:
+        return Estimate(0.0, (0.0, 1.0), int(len(lp)))
+    ratio = min(1.0, max(0.0, top / bottom))
+    variance = 0.0
+    for h in np.flatnonzero(sizes):
+        z = ((lin - ratio) * residual)[which == h]
+        if len(z):
+            spread = z.var(ddof=1) if len(z) > 1 else z[0] ** 2
+            variance += sizes[h] ** 2 * max(0.0, 1 - len(z) / sizes[h]) * spread / len(z)
+    half = Z95 * np.sqrt(variance) / bottom
+    return Estimate(ratio, (max(0.0, ratio - half), min(1.0, ratio + half)), int(len(lp)))

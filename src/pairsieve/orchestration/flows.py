@@ -77,8 +77,8 @@ def shards_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
 
 
 @task(name="report", **_TASK_OPTIONS)
-def report_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
-    return steps.report_step(cfg, run_dir)
+def report_task(cfg: PairsieveConfig, run_dir: Path, labels: list[str]) -> StageResult:
+    return steps.report_step(cfg, run_dir, tuple(Path(p) for p in labels))
 
 
 @task(name="audit", **_TASK_OPTIONS)
@@ -166,13 +166,15 @@ def build(
     out: str,
     config: dict[str, Any] | None = None,
     previous: str | None = None,
+    labels: list[str] | None = None,
 ) -> dict[str, Any]:
     """Ingest, cluster, mine, shard and report, then publish the build folder ``out`` atomically.
 
     One build at a time writes ``out`` (a lock beside it); work happens in a staging folder that
     a crashed run resumes from, and readers see the new build only once it is complete. With
     ``previous`` (the last published build folder) product ids carry over from it and its
-    clustering and mining are reused where their inputs did not change.
+    clustering and mining are reused where their inputs did not change. ``labels`` (label
+    files with answers) add estimates with intervals to the report.
     """
     cfg = build_config(config or {})
     # The watchdog stops the process (exit 2, `memory_budget`) once it is over the budget.
@@ -196,7 +198,7 @@ def build(
         results.append(shards_task(cfg, run_dir))
         steps.require_rows(results[-1], run_dir)
         mem.stage = "report"
-        results.append(report_task(cfg, run_dir))
+        results.append(report_task(cfg, run_dir, list(labels or [])))
         mem.stage = "publish"
         publish_task(out)
     artifacts_task(RunLayout(out).report, key="pairsieve-build")

@@ -218,12 +218,22 @@ def shards_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
     )
 
 
-def report_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
-    """Write the duplicate-impact report into `run_dir/report/`."""
+def report_step(cfg: PairsieveConfig, run_dir: Path, labels: tuple[Path, ...] = ()) -> StageResult:
+    """Write the duplicate-impact report into `run_dir/report/`, with the estimates the
+    answered ``labels`` files correct."""
+    from pairsieve.core import io
     from pairsieve.report import stage as report
 
     layout = RunLayout(run_dir)
-    return _run_downstream(cfg, run_dir, "report", lambda tmp: report.run(cfg, layout, tmp))
+    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["report"]))
+    fingerprint += "".join(f":{io.content_digest(str(p))}" for p in labels)
+    return run_stage(
+        "report",
+        run_dir,
+        cfg.section_hash("report"),
+        fingerprint,
+        lambda tmp: report.run(cfg, layout, tmp, labels=tuple(labels)),
+    )
 
 
 def audit_step(

@@ -27,6 +27,8 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
 from pairsieve.report import sections as R
 from pairsieve.report.headline import headline_section
+from pairsieve.report.labelled import NOTE as LABELS_NOTE
+from pairsieve.report.labelled import label_figures
 from pairsieve.report.labels import label, value_text
 from pairsieve.report.temperature import temperature_section
 
@@ -359,8 +361,11 @@ def recommendations_section(cfg: PairsieveConfig, report: dict[str, Any]) -> dic
 # --- the stage -----------------------------------------------------------------------------------
 
 
-def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
-    """Every section that the run folder has inputs for; absent ones are listed in ``missing``."""
+def build_report(
+    cfg: PairsieveConfig, run_dir: Path, labels: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """Every section that the run folder has inputs for; absent ones are listed in ``missing``.
+    With ``labels`` (label files), the duplicates section adds the estimates they correct."""
     mined = mine_scores(run_dir)
     builders = {
         "accounting": lambda: R.accounting_section(stage_results(run_dir)),
@@ -382,6 +387,9 @@ def build_report(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any]:
         report[key] = build()
         if report[key] is None and key not in FIRST_BUILD_ABSENT:
             report["missing"].append(f"{key}: inputs absent in {RunLayout(run_dir).published}")
+    if labels and report["duplicates"] is not None:
+        report["duplicates"]["figures"].update(label_figures(run_dir, labels))
+        report["duplicates"]["notes"].append(LABELS_NOTE)
     report["recommendations"] = recommendations_section(cfg, report)
     report["headline"] = headline_section(report)
     return report
@@ -411,14 +419,17 @@ def write_report(report: dict[str, Any], out_dir: Path) -> dict[str, str]:
     return {"json": S.REPORT_JSON, "html": S.REPORT_HTML}
 
 
-def run(cfg: PairsieveConfig, inputs: RunLayout, out_dir: Path) -> StageResult:
+def run(
+    cfg: PairsieveConfig, inputs: RunLayout, out_dir: Path, *, labels: tuple[Path, ...] = ()
+) -> StageResult:
     """Write report.html and report.json for a build folder into ``out_dir``: the report reads
-    every stage's outputs, so its inputs are the folder's layout.
+    every stage's outputs, so its inputs are the folder's layout; answered ``labels`` add
+    estimates with intervals.
 
     Rows: the training rows the collision tables were computed on (nothing is dropped).
     """
     started = time.perf_counter()
-    report = build_report(cfg, inputs.root)
+    report = build_report(cfg, inputs.root, labels)
     outputs = write_report(report, Path(out_dir))
     rows = report["batches"]["figures"]["training_rows"] if report.get("batches") else 0
     return StageResult(

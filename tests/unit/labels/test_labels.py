@@ -8,8 +8,15 @@ import numpy as np
 import polars as pl
 import pytest
 
+from pairsieve.cluster import stage as cluster
+from pairsieve.config import PairsieveConfig
+from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.labels import estimate, sample, store
+from pairsieve.labels import pairs as label_pairs
+from pairsieve.orchestration import steps
+from pairsieve.report import stage as report
+from tests.unit.cluster.test_stage import catalog
 
 
 def _population(n: int, seed: int) -> pl.DataFrame:
@@ -144,20 +151,20 @@ def test_labels_round_trip_and_later_files_win(tmp_path) -> None:
     assert dict(answers.select("pair_id", "label").iter_rows()) == {"c2": False, "a3": False}
 
 
-def test_a_builds_candidates_are_drawn_with_their_texts_and_ids(
-    tmp_path, encoder, session_cache_dir
-):
-    from pairsieve.cluster import stage as cluster
-    from pairsieve.config import PairsieveConfig
-    from pairsieve.core.layout import RunLayout
-    from pairsieve.labels import pairs as label_pairs
-    from tests.unit.cluster.test_stage import catalog
-
-    layout = RunLayout(tmp_path / "run")
-    cfg = PairsieveConfig().with_(cache_dir=str(session_cache_dir))
+def _run_folder(root, encoder, cache_dir) -> RunLayout:
+    """A build folder with the ingest and cluster outputs of the cluster tests' catalog."""
+    layout = RunLayout(root)
+    cfg = PairsieveConfig().with_(cache_dir=str(cache_dir))
     cluster.run(cfg, cluster.Inputs(catalog()), layout.stage_dir("cluster"), encoder=encoder)
     layout.listings.parent.mkdir(parents=True)
     catalog().select("listing_id", "title").write_parquet(layout.listings)
+    return layout
+
+
+def test_a_builds_candidates_are_drawn_with_their_texts_and_ids(
+    tmp_path, encoder, session_cache_dir
+):
+    layout = _run_folder(tmp_path / "run", encoder, session_cache_dir)
     population = label_pairs.candidate_pairs(layout.root)
     judged = pl.read_parquet(layout.pairs).filter(pl.col("signal") != "exact")
     assert population.height == judged.height and population["pair_id"].n_unique() == judged.height
@@ -185,3 +192,55 @@ def test_a_builds_candidates_are_drawn_with_their_texts_and_ids(
 def test_fewer_labels_than_strata_minimums_still_draws_exactly_n() -> None:
     out = sample.allocate(np.array([50, 50, 50, 50]), np.array([0.5, 0.5, 0.1, 0.0]), 5)
     assert out.sum() == 5 and np.all(out >= 0)
+
+
+def test_the_ratio_interval_covers_the_recall_of_the_linked_pairs() -> None:
+    """Recall of linked pairs among all true pairs, from a miscalibrated model and 300 labels."""
+    rng = np.random.default_rng(12)
+    n = 20_000
+    p = np.clip(rng.beta(0.5, 1.5, n), 0.001, 0.999)
+    y = rng.random(n) < np.clip(1.3 * p, 0, 1)
+    linked = (p > 0.4) & (rng.random(n) < 0.9)
+    truth = (linked & y).sum() / y.sum()
+    pairs = pl.DataFrame({"pair_id": [f"r{i}" for i in range(n)], "p_same": p})
+    covered = 0
+    for seed in range(120):
+        idx = np.asarray([int(x[1:]) for x in sample.draw(pairs, 300, seed)["pair_id"].to_list()])
+        found = estimate.labelled_ratio(p, linked, p[idx], linked[idx], y[idx])
+        covered += found.interval[0] <= truth <= found.interval[1]
+    assert covered / 120 >= 0.9
+    exact = estimate.labelled_ratio(p, linked, p, linked, y)
+    assert exact.value == pytest.approx(truth) and exact.interval == pytest.approx((truth, truth))
+
+
+def test_a_build_report_with_every_pair_labelled_states_exact_precision_and_recall(
+    tmp_path, encoder, session_cache_dir
+):
+    layout = _run_folder(tmp_path / "run", encoder, session_cache_dir)
+    population = label_pairs.candidate_pairs(layout.root)
+    truth = dict(catalog().select("listing_id", "true_product_id").iter_rows())
+    same = [truth[a] == truth[b] for a, b in population.select("listing_a", "listing_b").rows()]
+    # The labeller disagrees on one merged pair and on one pair kept apart, so precision and
+    # recall are both below 1.
+    same[population["linked"].to_list().index(True)] = False
+    same[population["linked"].to_list().index(False)] = True
+    rows = population.with_columns(
+        pl.lit(0, dtype=pl.Int64).alias("stratum"),
+        pl.lit(1.0).alias("weight"),
+        pl.Series("label", same),
+    )
+    labels = store.write_labels(rows, tmp_path / "labels.jsonl")
+    linked = population["linked"].to_numpy()
+    answers = np.asarray(same)
+    steps.report_step(PairsieveConfig(), layout.root, (labels,))  # what a build's flow runs
+    rep = report.load_report(layout.report)
+    figures = rep["duplicates"]["figures"]
+    precision = answers[linked].mean()
+    recall = (answers & linked).sum() / answers.sum()
+    assert 0 < precision < 1 and 0 < recall < 1
+    assert figures["merged_pair_precision"] == pytest.approx(precision)
+    assert figures["merged_pair_precision_ci"] == pytest.approx([precision, precision])
+    assert figures["candidate_recall"] == pytest.approx(recall)
+    assert figures["labels_used"] == population.height
+    assert figures["labels_not_in_this_build"] == 0
+    assert any("Candidate recall" in note for note in rep["duplicates"]["notes"])

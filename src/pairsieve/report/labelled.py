@@ -1,0 +1,46 @@
+"""What a user's labels say about a build's product ids: the precision of the candidate pairs
+pairsieve merged and the share of true candidate pairs it merged, each with a 95% interval.
+
+Without labels these would be the model's own guesses (mean ``p_same``); with a few hundred
+answers drawn by `pairsieve label sample --run`, the difference estimators of
+`pairsieve.labels.estimate` correct them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pairsieve.labels.estimate import labelled_ratio, share_from_labels
+from pairsieve.labels.pairs import LINKED, candidate_pairs
+from pairsieve.labels.store import answered
+
+NOTE = (
+    "Estimated from the answered labels: the model's p_same corrected by the labelled residuals "
+    "in each p_same stratum. Candidate recall counts the true pairs among the judged candidate "
+    "pairs; true pairs that no signal proposed are not in it."
+)
+
+
+def label_figures(run_dir: Path, files: tuple[Path, ...]) -> dict[str, Any]:
+    """Figures for the report's duplicates section from the answered labels in ``files``."""
+    population = candidate_pairs(run_dir)
+    answers = answered(list(files))
+    linked = population.filter(population[LINKED])
+    precision, _ = share_from_labels(linked, answers)
+    hit = population.join(answers.select("pair_id", "label"), on="pair_id", how="inner")
+    recall = labelled_ratio(
+        population["p_same"].to_numpy(),
+        population[LINKED].to_numpy(),
+        hit["p_same"].to_numpy(),
+        hit[LINKED].to_numpy(),
+        hit["label"].to_numpy(),
+    )
+    return {
+        "merged_pair_precision": precision.value,
+        "merged_pair_precision_ci": list(precision.interval),
+        "candidate_recall": recall.value,
+        "candidate_recall_ci": list(recall.interval),
+        "labels_used": hit.height,
+        "labels_not_in_this_build": answers.height - hit.height,
+    }
