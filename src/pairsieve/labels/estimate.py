@@ -37,12 +37,14 @@ def labelled_share(
     answers: np.ndarray,
     population_weight: np.ndarray | None = None,
     labelled_weight: np.ndarray | None = None,
+    groups: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Estimate:
     """The weighted share of true pairs in a population from its ``p_same`` and labelled pairs.
 
     ``population_p`` (N,) is every pair's p_same; ``labelled_p`` and ``answers`` (n,) are those
     of the labelled pairs (members of the population, answers 0/1). Weights count a pair several
-    times (an audit pair met by several rows); default 1.
+    times (an audit pair met by several rows); default 1. ``groups`` (population's,
+    labelled's) split the strata as the sample was split (`sample.draw`'s ``by``).
     """
     p = np.asarray(population_p, dtype=np.float64)
     m = np.ones_like(p) if population_weight is None else np.asarray(population_weight, float)
@@ -52,9 +54,9 @@ def labelled_share(
     total = float(m.sum())
     if total == 0:
         return Estimate(0.0, (0.0, 0.0), int(len(y)))
-    k = len(EDGES) - 1
-    sizes = np.bincount(strata(p), minlength=k)
-    which = strata(lp)
+    k = 2 * (len(EDGES) - 1)
+    sizes = np.bincount(strata(p, None if groups is None else groups[0]), minlength=k)
+    which = strata(lp, None if groups is None else groups[1])
     residual = lm * (y - lp)
     estimate, variance = float((m * p).sum()), 0.0
     for h in np.flatnonzero(sizes):
@@ -70,11 +72,15 @@ def labelled_share(
 
 
 def share_from_labels(
-    population: pl.DataFrame, answers: pl.DataFrame, weight: str | None = None
+    population: pl.DataFrame,
+    answers: pl.DataFrame,
+    weight: str | None = None,
+    by: str | None = None,
 ) -> tuple[Estimate, int]:
-    """`labelled_share` of a population (``pair_id``, ``p_same`` and the ``weight`` column)
-    from the answered labels (``pair_id``, ``label``) that name its pairs, and how many
-    answers name none of them (kept in their file, reported, never used here)."""
+    """`labelled_share` of a population (``pair_id``, ``p_same``, the ``weight`` column and
+    the ``by`` column its sample was split by) from the answered labels (``pair_id``,
+    ``label``) that name its pairs, and how many answers name none of them (kept in their file,
+    reported, never used here)."""
     hit = population.join(answers.select("pair_id", "label"), on="pair_id", how="inner")
 
     def weights(frame: pl.DataFrame) -> np.ndarray | None:
@@ -86,6 +92,7 @@ def share_from_labels(
         hit["label"].to_numpy().astype(np.float64),
         weights(population),
         weights(hit),
+        None if by is None else (population[by].to_numpy(), hit[by].to_numpy()),
     )
     return found, answers.height - hit.height
 
@@ -99,16 +106,17 @@ def labelled_ratio(
 ) -> Estimate:
     """The share of a population's true pairs that fall in a subset (``*_in``): recall of the
     pairs pairsieve linked among all judged pairs. Numerator and denominator are each a
-    difference estimate (`labelled_share`'s, as totals); the interval is the ratio's, by
-    linearisation: the labelled residuals weighted by (in - ratio)."""
+    difference estimate (`labelled_share`'s, as totals) over strata split by the subset, as
+    `sample.draw` splits them; the interval is the ratio's, by linearisation: the labelled
+    residuals weighted by (in - ratio)."""
     p = np.asarray(population_p, dtype=np.float64)
     inside = np.asarray(population_in, dtype=np.float64)
     lp = np.asarray(labelled_p, dtype=np.float64)
     lin = np.asarray(labelled_in, dtype=np.float64)
     residual = np.asarray(answers, dtype=np.float64) - lp
-    k = len(EDGES) - 1
-    sizes = np.bincount(strata(p), minlength=k)
-    which = strata(lp)
+    k = 2 * (len(EDGES) - 1)
+    sizes = np.bincount(strata(p, inside), minlength=k)
+    which = strata(lp, lin)
     top, bottom = float((inside * p).sum()), float(p.sum())
     for h in np.flatnonzero(sizes):
         here = which == h

@@ -27,10 +27,12 @@ _MIN_SPREAD = 0.1  # a stratum whose p all sit at 0 or 1 still gets some labels
 _MIN_PER_STRATUM = 2  # two labels give a variance
 
 
-def strata(p: np.ndarray) -> np.ndarray:
-    """(m,) int64 stratum of each ``p_same`` (index into the `EDGES` intervals)."""
+def strata(p: np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
+    """(m,) int64 stratum of each ``p_same`` (index into the `EDGES` intervals), and with
+    ``group`` (0/1: merged by pairsieve or not) one set of strata per group."""
     inner = np.asarray(EDGES[1:-1])
-    return np.searchsorted(inner, np.asarray(p, dtype=np.float64), side="right").astype(np.int64)
+    which = np.searchsorted(inner, np.asarray(p, dtype=np.float64), side="right").astype(np.int64)
+    return which if group is None else which + (len(EDGES) - 1) * np.asarray(group, np.int64)
 
 
 def allocate(sizes: np.ndarray, spread: np.ndarray, n: int) -> np.ndarray:
@@ -60,17 +62,32 @@ def allocate(sizes: np.ndarray, spread: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def draw(pairs: pl.DataFrame, n: int, seed: int) -> pl.DataFrame:
+def _halves(sizes: np.ndarray, spread: np.ndarray, n: int) -> np.ndarray:
+    """`allocate` within each group, half the labels to each (what one group cannot use goes
+    to the other)."""
+    k = len(sizes) // 2
+    merged = min(n // 2, int(sizes[k:].sum()))
+    rest = min(n - merged, int(sizes[:k].sum()))
+    merged = min(n - rest, int(sizes[k:].sum()))
+    return np.concatenate(
+        [allocate(sizes[:k], spread[:k], rest), allocate(sizes[k:], spread[k:], merged)]
+    )
+
+
+def draw(pairs: pl.DataFrame, n: int, seed: int, by: str | None = None) -> pl.DataFrame:
     """A stratified sample of ``n`` rows of ``pairs`` (columns ``pair_id`` and ``p_same`` at
-    least), with ``stratum`` and ``weight`` added, sorted by stratum then draw order."""
+    least), with ``stratum`` and ``weight`` added, sorted by stratum then draw order. ``by``
+    names a 0/1 column that splits every stratum in two (whether pairsieve merged the pair), and
+    half the labels go to each side: the merged pairs, few but what precision is about, get
+    labels of their own."""
     p = pairs["p_same"].to_numpy().astype(np.float64)
-    which = strata(p)
-    k = len(EDGES) - 1
+    which = strata(p, None if by is None else pairs[by].to_numpy())
+    k = 2 * (len(EDGES) - 1)
     sizes = np.bincount(which, minlength=k)
     with np.errstate(invalid="ignore"):
         mean = np.bincount(which, weights=p, minlength=k) / np.maximum(sizes, 1)
     spread = np.sqrt(mean * (1 - mean))
-    taken = allocate(sizes, spread, n)
+    taken = allocate(sizes, spread, n) if by is None else _halves(sizes, spread, n)
     table = pl.DataFrame(
         {STRATUM: np.arange(k), "_take": taken, WEIGHT: sizes / np.maximum(taken, 1)}
     )
@@ -87,6 +104,6 @@ def draw(pairs: pl.DataFrame, n: int, seed: int) -> pl.DataFrame:
     )
 
 
-def stratum_sizes(p: np.ndarray) -> np.ndarray:
-    """(strata,) pairs per stratum of a population's ``p_same``."""
-    return np.bincount(strata(p), minlength=len(EDGES) - 1)
+def stratum_sizes(p: np.ndarray, group: np.ndarray | None = None) -> np.ndarray:
+    """(strata,) pairs per stratum of a population's ``p_same`` (and ``group``)."""
+    return np.bincount(strata(p, group), minlength=2 * (len(EDGES) - 1))

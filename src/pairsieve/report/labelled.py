@@ -27,7 +27,7 @@ def label_figures(run_dir: Path, files: tuple[Path, ...]) -> dict[str, Any]:
     population = candidate_pairs(run_dir)
     answers = answered(list(files))
     linked = population.filter(population[LINKED])
-    precision, _ = share_from_labels(linked, answers)
+    precision, _ = share_from_labels(linked, answers, by=LINKED)
     hit = population.join(answers.select("pair_id", "label"), on="pair_id", how="inner")
     recall = labelled_ratio(
         population["p_same"].to_numpy(),

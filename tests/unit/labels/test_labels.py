@@ -244,3 +244,14 @@ def test_a_build_report_with_every_pair_labelled_states_exact_precision_and_reca
     assert figures["labels_used"] == population.height
     assert figures["labels_not_in_this_build"] == 0
     assert any("Candidate recall" in note for note in rep["duplicates"]["notes"])
+
+
+def test_a_sample_split_by_merged_gives_the_merged_pairs_their_own_labels() -> None:
+    pairs = _population(20_000, 3).with_columns((pl.col("p_same") > 0.6).alias("linked"))
+    plain = sample.draw(pairs, 300, seed=1)
+    split = sample.draw(pairs, 300, seed=1, by="linked")
+    assert split.height == 300 and split["linked"].sum() == 150 > plain["linked"].sum()
+    sizes = sample.stratum_sizes(pairs["p_same"].to_numpy(), pairs["linked"].to_numpy())
+    for h, n_h in split.group_by(sample.STRATUM).len().iter_rows():
+        weights = split.filter(pl.col(sample.STRATUM) == h)[sample.WEIGHT].unique().to_list()
+        assert weights == [pytest.approx(sizes[h] / n_h)]
