@@ -4,15 +4,15 @@ precision and candidate recall, with labels from a simulated labeller, over many
 Needs the audits of `audit_estimate.py` (run it first with the same ``--work``): for each audited
 dataset, the audit's pairs (``audit_pairs.parquet``) are labelled by the catalog's ground truth
 standing in for a person, ``--draws`` times ``--n`` pairs drawn as `pairsieve label sample
---audit` draws them (strata of p_same, split by merged or not; seed = draw number), and each
-draw's estimate (`labels.estimate`) is set
+--audit` draws them (strata of p_same; seed = draw number), and each draw's estimate
+(`labels.estimate`) is set
 against the true rate: how often its 95% interval covers it, how wide it is, how far the point
 estimate lands.
 
 With ``--data-root``, the same for the clustering of each catalog with within-shop truth (as
 `pairsieve label sample --run` draws a build's judged candidate pairs and `pairsieve build
---labels` estimates): the precision of the candidate pairs pairsieve merged and the share of
-true candidate pairs it merged.
+--labels` estimates, strata split by merged or not): the precision of the candidate pairs
+pairsieve merged and the share of true candidate pairs it merged.
 
     cd benchmarks && ../.venv/bin/python labels.py [--work /tmp/ps-audit-estimate] \
         [--n 300] [--draws 40] [--data-root ../../shared/data]
@@ -61,8 +61,8 @@ def repeated(pairs: pl.DataFrame, n: int, draws: int) -> dict:
     truth = float((pairs["label"].to_numpy() * weights).sum() / weights.sum())
     found = []
     for seed in range(draws):
-        answers = sample.draw(pairs, n, seed, by=LINKED).select("pair_id", "label")
-        found.append(estimate.share_from_labels(pairs, answers, weight=ROWS, by=LINKED)[0])
+        answers = sample.draw(pairs, n, seed).select("pair_id", "label")
+        found.append(estimate.share_from_labels(pairs, answers, weight=ROWS)[0])
     values = np.array([f.value for f in found])
     return {
         "truth": truth,

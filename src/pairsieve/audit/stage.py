@@ -40,7 +40,7 @@ from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
 from pairsieve.ingest.catalog import read_catalog
 from pairsieve.labels.estimate import share_from_labels
-from pairsieve.labels.pairs import LINKED, ROWS
+from pairsieve.labels.pairs import ROWS
 from pairsieve.labels.store import answered
 from pairsieve.report import sections as R
 from pairsieve.report.stage import (
@@ -419,7 +419,7 @@ def with_labels(report: dict[str, Any], population: pl.DataFrame | None, files) 
         raise PairsieveError(
             "bad_config", "--labels needs p_same: the learned verifier", knob="cluster.verifier"
         )
-    found, unmatched = share_from_labels(population, answered(list(files)), weight=ROWS, by=LINKED)
+    found, unmatched = share_from_labels(population, answered(list(files)), weight=ROWS)
     figures = report["audit"]["figures"]
     figures["false_negative_rate_model_only"] = figures["false_negative_rate"]
     figures["false_negative_rate"] = report["false_negative_rate"] = found.value

@@ -87,8 +87,8 @@ def audit_pairs(audit_dir: str | Path) -> pl.DataFrame:
 
 def write_sample(run_dir: Path | None, audit_dir: Path | None, n: int, seed: int, out: Path) -> int:
     """Draw ``n`` pairs to label from a build's candidates and ``n`` from an audit's pairs
-    (whichever folders are given), stratified by p_same and by whether pairsieve merged the
-    pair (`sample.draw`), and write them as a
+    (whichever folders are given), stratified by p_same (a build's also by whether pairsieve
+    merged the pair, `sample.draw`), and write them as a
     label file with every label null; returns the pairs written.
 
     Raises:
@@ -96,13 +96,15 @@ def write_sample(run_dir: Path | None, audit_dir: Path | None, n: int, seed: int
     """
     if run_dir is None and audit_dir is None:
         raise PairsieveError("bad_argument", "give --run, --audit or both")
-    sources = [candidate_pairs(run_dir)] if run_dir is not None else []
-    sources += [audit_pairs(audit_dir)] if audit_dir is not None else []
+    # A build's labels split by merged or not (its precision needs merged pairs); an audit's
+    # do not (its one figure, the false-negative rate, needs every label over all its pairs).
+    sources = [(candidate_pairs(run_dir), LINKED)] if run_dir is not None else []
+    sources += [(audit_pairs(audit_dir), None)] if audit_dir is not None else []
     columns = ["pair_id", S.LISTING_A, S.LISTING_B, "text_a", "text_b", S.P_SAME, "source"]
     drawn = pl.concat(
         [
-            sample.draw(frame, n, seed, by=LINKED).select(*columns, "stratum", "weight")
-            for frame in sources
+            sample.draw(frame, n, seed, by=by).select(*columns, "stratum", "weight")
+            for frame, by in sources
         ]
     )
     rows = drawn.with_columns(pl.lit(None, dtype=pl.Boolean).alias("label"))

@@ -4,6 +4,8 @@ A few hundred answers teach most where the model is unsure, so the sample is str
 pair's ``p_same`` and each stratum gets labels in proportion to its pairs times the spread of its
 answers (Neyman allocation, with the model's own p as the guess of that spread): a stratum of
 sure "different" pairs, the bulk of any catalog, gets few labels, the uncertain middle many.
+A build's sample is also split by whether pairsieve merged the pair, half the labels to the
+merged side, so that the precision of the merges, a few percent of the pairs, is measured too.
 Every label carries its weight (the inverse of its inclusion probability), so estimates over all
 pairs stay unbiased (`pairsieve.labels.estimate`).
 
