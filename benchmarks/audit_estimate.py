@@ -33,13 +33,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from audit import NUM_NEGATIVES, st_dataset  # noqa: E402 - the sibling benchmark
+from labels import with_truth  # noqa: E402 - the sibling benchmark
 
 from pairsieve import schemas as S
-from pairsieve.audit import pairs as audit_pairs
 from pairsieve.audit import stage as audit
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog
 from pairsieve.datasets.benchmarks import benchmark
+from pairsieve.labels.pairs import ROWS, audit_pairs
 from pairsieve.report import stage as report
 from pairsieve.vectors.embed import embed_texts, load_encoder, shared_cache
 
@@ -122,53 +123,27 @@ def planted(
     )
 
 
-def per_negative(dataset: Path, catalog: Path, out: Path, cfg: PairsieveConfig) -> pl.DataFrame:
-    """One row per negative of an audited dataset: its ``p_same`` and cluster verdict from the
-    audit's files, and whether the ground truth calls it the positive's product."""
-    data, _ = audit.read_dataset(dataset)
-    listings = audit.listings_for(data, audit.catalog_listings(catalog, cfg))
-    products = pl.read_parquet(out / "cluster" / S.PRODUCTS_FILE)
-    product_of = (
-        audit_pairs.text_listings(listings)
-        .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
-        .select(S.TITLE, S.PRODUCT_ID)
-    )
-    labelled = audit.label_rows(data, product_of)
-    table = audit_pairs.negative_table(labelled, listings, out / "cluster")
-    truth = (
-        pl.read_parquet(catalog)
-        .sort(S.LISTING_ID)
-        .unique(S.TITLE, keep="first", maintain_order=True)
-        .select(S.TITLE, S.TRUE_PRODUCT_ID)
-    )
-    flat = table.select(S.POSITIVE, audit.NEGATIVES, S.P_SAME, "_false")
-    for column, alias in ((S.POSITIVE, "_tp"), (audit.NEGATIVES, "_tn")):
-        flat = flat.join(
-            truth.rename({S.TITLE: column, S.TRUE_PRODUCT_ID: alias}),
-            on=column,
-            how="left",
-            maintain_order="left",
-        )
-    same = pl.col("_tp").is_not_null() & (pl.col("_tp") == pl.col("_tn"))
-    return flat.select(S.P_SAME, pl.col("_false").alias("by_cluster"), same.alias("truth"))
-
-
 def audit_one(cfg: PairsieveConfig, dataset: Path, catalog: Path, out: Path) -> dict:
-    """The audit's figures beside the truth, and the mean p_same of true and of false pairs."""
+    """The audit's figures beside the truth, and the mean p_same of true and of false pairs
+    (over the audit's distinct pairs, each counted as often as the dataset holds it)."""
     started = time.perf_counter()
     audit.run(cfg, audit.Inputs(dataset, catalog), out)
     seconds = time.perf_counter() - started
     figures = report.load_report(out)["audit"]["figures"]
-    negatives = per_negative(dataset, catalog, out, cfg)
-    negatives.write_parquet(out / "negatives_truth.parquet")
-    truth = negatives["truth"]
+    pairs = with_truth(audit_pairs(out), catalog)
+    rows, truth = pairs[ROWS].to_numpy(), pairs["label"].to_numpy()
+    p = pairs[S.P_SAME].to_numpy()
+
+    def mean_p(mask: np.ndarray) -> float:
+        return float((p * rows)[mask].sum() / rows[mask].sum()) if mask.any() else 0.0
+
     return {
         "estimate": figures["false_negative_rate"],
         "interval": figures.get("false_negative_rate_ci"),
         "by_cluster": figures["false_negative_rate_by_cluster"],
-        "truth": float(truth.mean()),
-        "p_true": float(negatives.filter(truth)[S.P_SAME].mean() or 0.0),
-        "p_false": float(negatives.filter(~truth)[S.P_SAME].mean() or 0.0),
+        "truth": float((truth * rows).sum() / rows.sum()),
+        "p_true": mean_p(truth),
+        "p_false": mean_p(~truth),
         "negatives": figures["negatives"],
         "seconds": seconds,
     }

@@ -35,6 +35,7 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.datasets.benchmarks import benchmark
 from pairsieve.labels import estimate, sample
 from pairsieve.labels.pairs import LINKED, ROWS, audit_pairs, candidate_pairs
+from pairsieve.report.labelled import estimates
 
 WITHIN_SHOP_TRUTH = ("pricerunner", "altosight", "alaska-cameras")
 
@@ -55,23 +56,28 @@ def with_truth(pairs: pl.DataFrame, catalog: Path) -> pl.DataFrame:
     return out.with_columns(same.alias("label")).drop("_ta", "_tb")
 
 
+def summary(truth: float, found: list[estimate.Estimate]) -> dict:
+    """Mean estimate, largest error, interval coverage and mean width of repeated draws."""
+    return {
+        "truth": truth,
+        "mean": float(np.mean([f.value for f in found])),
+        "max_error": float(max(abs(f.value - truth) for f in found)),
+        "coverage": float(np.mean([f.interval[0] <= truth <= f.interval[1] for f in found])),
+        "width": float(np.mean([f.interval[1] - f.interval[0] for f in found])),
+    }
+
+
 def repeated(pairs: pl.DataFrame, n: int, draws: int) -> dict:
-    """Coverage, width and error of the labelled estimate over ``draws`` draws of ``n``."""
+    """Coverage, width and error of the audit's labelled estimate over ``draws`` draws of
+    ``n``, beside the model's own estimate."""
     weights = pairs[ROWS].to_numpy().astype(np.float64)
     truth = float((pairs["label"].to_numpy() * weights).sum() / weights.sum())
     found = []
     for seed in range(draws):
         answers = sample.draw(pairs, n, seed).select("pair_id", "label")
         found.append(estimate.share_from_labels(pairs, answers, weight=ROWS)[0])
-    values = np.array([f.value for f in found])
-    return {
-        "truth": truth,
-        "model": float((pairs[S.P_SAME].to_numpy() * weights).sum() / weights.sum()),
-        "mean": float(values.mean()),
-        "max_error": float(np.abs(values - truth).max()),
-        "coverage": float(np.mean([f.interval[0] <= truth <= f.interval[1] for f in found])),
-        "width": float(np.mean([f.interval[1] - f.interval[0] for f in found])),
-    }
+    model = float((pairs[S.P_SAME].to_numpy() * weights).sum() / weights.sum())
+    return {**summary(truth, found), "model": model}
 
 
 def clustered(name: str, data_root: Path, work: Path) -> pl.DataFrame:
@@ -91,37 +97,19 @@ def clustered(name: str, data_root: Path, work: Path) -> pl.DataFrame:
 
 
 def repeated_build(pairs: pl.DataFrame, n: int, draws: int) -> dict:
-    """Coverage and width of the merged-pair precision and candidate recall over draws."""
+    """Coverage and width of the merged-pair precision and candidate recall (as `pairsieve
+    build --labels` computes them, `report.labelled.estimates`) over draws."""
     linked, y = pairs[LINKED].to_numpy(), pairs["label"].to_numpy()
-    truth = {"precision": y[linked].mean(), "recall": (y & linked).sum() / max(y.sum(), 1)}
     found: dict[str, list] = {"precision": [], "recall": []}
     for seed in range(draws):
         answers = sample.draw(pairs, n, seed, by=LINKED).select("pair_id", "label")
-        found["precision"].append(
-            estimate.share_from_labels(pairs.filter(pairs[LINKED]), answers, by=LINKED)[0]
-        )
-        hit = pairs.drop("label").join(answers, on="pair_id")
-        found["recall"].append(
-            estimate.labelled_ratio(
-                pairs["p_same"].to_numpy(),
-                linked,
-                hit["p_same"].to_numpy(),
-                hit[LINKED].to_numpy(),
-                hit["label"].to_numpy(),
-            )
-        )
-    out = {}
-    for key, runs in found.items():
-        out[key] = {
-            "truth": float(truth[key]),
-            "mean": float(np.mean([f.value for f in runs])),
-            "max_error": float(max(abs(f.value - truth[key]) for f in runs)),
-            "coverage": float(
-                np.mean([f.interval[0] <= truth[key] <= f.interval[1] for f in runs])
-            ),
-            "width": float(np.mean([f.interval[1] - f.interval[0] for f in runs])),
-        }
-    return out
+        precision, recall, _ = estimates(pairs.drop("label"), answers)
+        found["precision"].append(precision)
+        found["recall"].append(recall)
+    return {
+        "precision": summary(float(y[linked].mean()), found["precision"]),
+        "recall": summary(float((y & linked).sum() / max(y.sum(), 1)), found["recall"]),
+    }
 
 
 def build_table(args: argparse.Namespace) -> None:

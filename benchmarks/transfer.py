@@ -52,18 +52,20 @@ def held_out_splits(names: list[str]) -> list[tuple[list[str], str]]:
     return [([n for n in names if n != held], held) for held in names]
 
 
+def equal_catalog_weights(kept: list[np.ndarray]) -> np.ndarray:
+    """Row weights over the kept rows of several catalogs (one bool mask each) with every
+    catalog weighing the same in total, scaled to a mean of 1."""
+    weight = np.concatenate([np.full(int(k.sum()), 1.0 / max(int(k.sum()), 1)) for k in kept])
+    return weight * len(weight) / weight.sum()
+
+
 def pooled_model(runs: dict[str, Run], fitted_on: list[str], names: tuple[str, ...]):
     """The pair model fitted on the labelled, unvetoed pairs of ``fitted_on``, each catalog
     weighing the same in total."""
-    xs, ys, ws = [], [], []
-    for name in fitted_on:
-        run = runs[name]
-        keep = ~run.vetoed & run.labelled
-        xs.append(run.matrix(names)[keep])
-        ys.append(run.label[keep])
-        ws.append(np.full(int(keep.sum()), 1.0 / max(int(keep.sum()), 1)))
-    weight = np.concatenate(ws)
-    return fit(np.vstack(xs), np.concatenate(ys), names, weight * len(weight) / weight.sum())
+    kept = [~runs[name].vetoed & runs[name].labelled for name in fitted_on]
+    xs = [runs[name].matrix(names)[keep] for name, keep in zip(fitted_on, kept, strict=True)]
+    ys = [runs[name].label[keep] for name, keep in zip(fitted_on, kept, strict=True)]
+    return fit(np.vstack(xs), np.concatenate(ys), names, equal_catalog_weights(kept))
 
 
 def pick_thresholds(
@@ -91,17 +93,11 @@ def pooled_calibration(
     and the mean share of identical-title pairs that are one product over those catalogs."""
     fits = {}
     for vetoed in (False, True):
-        xs, ys, ws = [], [], []
-        for name in fitted_on:
-            run = runs[name]
-            keep = run.labelled & (run.vetoed == vetoed)
-            xs.append(calibration.logit(scores[name][keep]))
-            ys.append(run.label[keep])
-            ws.append(np.full(int(keep.sum()), 1.0 / max(int(keep.sum()), 1)))
-        weight = np.concatenate(ws)
-        fits[vetoed] = calibration.platt(
-            np.concatenate(xs), np.concatenate(ys), weight * len(weight) / weight.sum()
-        )
+        kept = [runs[name].labelled & (runs[name].vetoed == vetoed) for name in fitted_on]
+        pairs = list(zip(fitted_on, kept, strict=True))
+        x = np.concatenate([calibration.logit(scores[name][keep]) for name, keep in pairs])
+        y = np.concatenate([runs[name].label[keep] for name, keep in pairs])
+        fits[vetoed] = calibration.platt(x, y, equal_catalog_weights(kept))
     shares = [same / total for same, total in (runs[n].exact_pairs() for n in fitted_on) if total]
     exact = float(np.mean(shares)) if shares else 1.0
     return calibration.Calibration(unvetoed=fits[False], vetoed=fits[True], exact=exact)

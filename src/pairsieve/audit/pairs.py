@@ -13,7 +13,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster.calibration import load_calibration
 from pairsieve.config import PairsieveConfig
-from pairsieve.labels.pairs import LINKED, ROWS, pair_id
+from pairsieve.labels.pairs import LINKED, ROWS, pair_ids
 
 NEGATIVES = "negatives"  # list[str] column of the normalised dataset
 
@@ -131,9 +131,7 @@ def distinct_pairs(table: pl.DataFrame) -> pl.DataFrame:
             pl.len().cast(pl.Int64).alias(ROWS),
         )
         .with_columns(
-            pl.struct(S.POSITIVE, NEGATIVES)
-            .map_elements(lambda r: pair_id("audit", r[S.POSITIVE], r[NEGATIVES]), pl.String)
-            .alias("pair_id"),
+            pair_ids("audit", S.POSITIVE, NEGATIVES).alias("pair_id"),
             pl.lit("audit").alias("source"),
         )
         .rename({S.POSITIVE: "text_a", NEGATIVES: "text_b"})

@@ -274,8 +274,7 @@ def agglomerate(
     # A component of two nodes holds exactly one cell and nothing else can touch it: it merges
     # iff that cell is unvetoed and its linkage reaches the threshold, as in the loop.
     two = np.bincount(component, minlength=n)[component[lo]] == 2
-    pairs = size[lo] * size[hi]
-    mean = weights / (unjudged_weight * pairs + (1.0 - unjudged_weight) * judged)
+    mean = _linkage.py_func(weights, judged, size[lo] * size[hi], unjudged_weight)  # columnwise
     merges = two & ~vetoed & (mean >= link_threshold)
     parent = np.arange(n, dtype=np.int64)
     parent[hi[merges]] = lo[merges]

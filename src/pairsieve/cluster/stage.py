@@ -341,7 +341,7 @@ def products_frame(result: Clustering) -> pl.DataFrame:
 def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
     """``p_same`` of every scored pair (null without a calibration)."""
     if calibration is None:
-        return pl.Series(S.P_SAME, [None] * len(scored), dtype=pl.Float32)
+        return pl.repeat(None, len(scored), dtype=pl.Float32, eager=True).alias(S.P_SAME)
     vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
     return pl.Series(S.P_SAME, calibration.p_same(scored["score"].to_numpy(), vetoed))
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pairsieve.labels.sample import EDGES, strata
+from pairsieve.labels.sample import strata, stratum_sizes
 
 Z95 = 1.959964
 
@@ -29,6 +29,18 @@ class Estimate:
     value: float
     interval: tuple[float, float]
     labels: int
+
+
+def _stratified_variance(sizes: np.ndarray, which: np.ndarray, values: np.ndarray) -> float:
+    """Variance of sum over strata h of N_h x the mean of the labelled ``values`` in h: N_h^2
+    (1 - n_h / N_h) s_h^2 / n_h, with a lone label's square standing in for s_h^2."""
+    variance = 0.0
+    for h in np.flatnonzero(sizes):
+        v = values[which == h]
+        if len(v):
+            spread = v.var(ddof=1) if len(v) > 1 else v[0] ** 2
+            variance += sizes[h] ** 2 * max(0.0, 1 - len(v) / sizes[h]) * spread / len(v)
+    return variance
 
 
 def labelled_share(
@@ -54,20 +66,16 @@ def labelled_share(
     total = float(m.sum())
     if total == 0:
         return Estimate(0.0, (0.0, 0.0), int(len(y)))
-    k = 2 * (len(EDGES) - 1)
-    sizes = np.bincount(strata(p, None if groups is None else groups[0]), minlength=k)
+    sizes = stratum_sizes(p, None if groups is None else groups[0])
     which = strata(lp, None if groups is None else groups[1])
     residual = lm * (y - lp)
-    estimate, variance = float((m * p).sum()), 0.0
+    estimate = float((m * p).sum())
     for h in np.flatnonzero(sizes):
         r = residual[which == h]
-        if not len(r):
-            continue
-        estimate += sizes[h] * r.mean()
-        spread = r.var(ddof=1) if len(r) > 1 else r[0] ** 2
-        variance += sizes[h] ** 2 * max(0.0, 1 - len(r) / sizes[h]) * spread / len(r)
+        if len(r):
+            estimate += sizes[h] * r.mean()
     value = min(1.0, max(0.0, estimate / total))
-    half = Z95 * np.sqrt(variance) / total
+    half = Z95 * np.sqrt(_stratified_variance(sizes, which, residual)) / total
     return Estimate(value, (max(0.0, value - half), min(1.0, value + half)), int(len(y)))
 
 
@@ -114,8 +122,7 @@ def labelled_ratio(
     lp = np.asarray(labelled_p, dtype=np.float64)
     lin = np.asarray(labelled_in, dtype=np.float64)
     residual = np.asarray(answers, dtype=np.float64) - lp
-    k = 2 * (len(EDGES) - 1)
-    sizes = np.bincount(strata(p, inside), minlength=k)
+    sizes = stratum_sizes(p, inside)
     which = strata(lp, lin)
     top, bottom = float((inside * p).sum()), float(p.sum())
     for h in np.flatnonzero(sizes):
@@ -126,11 +133,5 @@ def labelled_ratio(
     if bottom <= 0:
         return Estimate(0.0, (0.0, 1.0), int(len(lp)))
     ratio = min(1.0, max(0.0, top / bottom))
-    variance = 0.0
-    for h in np.flatnonzero(sizes):
-        z = ((lin - ratio) * residual)[which == h]
-        if len(z):
-            spread = z.var(ddof=1) if len(z) > 1 else z[0] ** 2
-            variance += sizes[h] ** 2 * max(0.0, 1 - len(z) / sizes[h]) * spread / len(z)
-    half = Z95 * np.sqrt(variance) / bottom
+    half = Z95 * np.sqrt(_stratified_variance(sizes, which, (lin - ratio) * residual)) / bottom
     return Estimate(ratio, (max(0.0, ratio - half), min(1.0, ratio + half)), int(len(lp)))

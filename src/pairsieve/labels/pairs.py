@@ -28,15 +28,16 @@ def pair_id(source: str, first: str, second: str) -> str:
     return source[0] + hex_digest(first + "\x1f" + second)
 
 
-def _ids(source: str, first: str, second: str) -> pl.Expr:
+def pair_ids(source: str, first: str, second: str) -> pl.Expr:
+    """`pair_id` of every row's (``first``, ``second``) column values."""
     return pl.struct(first, second).map_elements(
         lambda r: pair_id(source, r[first], r[second]), return_dtype=pl.String
     )
 
 
 def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
-    """Every judged candidate pair of a build (or of `pairsieve cluster`'s output folder with
-    the catalog's listings beside it): pair_id, listing ids, titles, p_same, linked.
+    """Every judged candidate pair of a build folder: pair_id, listing ids, titles, p_same,
+    linked.
 
     Raises:
         PairsieveError: ``missing_file`` without a clustering, ``bad_input`` when it has no
@@ -47,7 +48,7 @@ def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
     if not pairs_path.exists():
         raise PairsieveError("missing_file", "no cluster/pairs.parquet", file=str(pairs_path))
     pairs = pl.read_parquet(pairs_path).filter(pl.col(S.SIGNAL) != "exact")
-    if S.P_SAME not in pairs.columns or pairs[S.P_SAME].null_count() == pairs.height > 0:
+    if S.P_SAME not in pairs.columns or 0 < pairs.height == pairs[S.P_SAME].null_count():
         raise PairsieveError(
             "bad_input", "the clustering has no p_same (rule verifier)", file=str(pairs_path)
         )
@@ -59,7 +60,7 @@ def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
             titles.rename({S.LISTING_ID: end, S.TITLE: f"text_{suffix}"}), on=end, how="left"
         ).join(product.rename({S.LISTING_ID: end, S.PRODUCT_ID: f"_p{suffix}"}), on=end)
     return out.select(
-        _ids("candidate", S.LISTING_A, S.LISTING_B).alias("pair_id"),
+        pair_ids("candidate", S.LISTING_A, S.LISTING_B).alias("pair_id"),
         S.LISTING_A,
         S.LISTING_B,
         "text_a",

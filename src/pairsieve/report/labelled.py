@@ -11,7 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pairsieve.labels.estimate import labelled_ratio, share_from_labels
+import polars as pl
+
+from pairsieve.labels.estimate import Estimate, labelled_ratio, share_from_labels
 from pairsieve.labels.pairs import LINKED, candidate_pairs
 from pairsieve.labels.store import answered
 
@@ -22,12 +24,11 @@ NOTE = (
 )
 
 
-def label_figures(run_dir: Path, files: tuple[Path, ...]) -> dict[str, Any]:
-    """Figures for the report's duplicates section from the answered labels in ``files``."""
-    population = candidate_pairs(run_dir)
-    answers = answered(list(files))
-    linked = population.filter(population[LINKED])
-    precision, _ = share_from_labels(linked, answers, by=LINKED)
+def estimates(population: pl.DataFrame, answers: pl.DataFrame) -> tuple[Estimate, Estimate, int]:
+    """(merged-pair precision, candidate recall, answers matched) of a build's judged candidate
+    pairs (`labels.pairs.candidate_pairs`) from answered labels (``pair_id``, ``label``); the
+    sample was split by merged or not, so both estimators are too."""
+    precision, _ = share_from_labels(population.filter(population[LINKED]), answers, by=LINKED)
     hit = population.join(answers.select("pair_id", "label"), on="pair_id", how="inner")
     recall = labelled_ratio(
         population["p_same"].to_numpy(),
@@ -36,11 +37,18 @@ def label_figures(run_dir: Path, files: tuple[Path, ...]) -> dict[str, Any]:
         hit[LINKED].to_numpy(),
         hit["label"].to_numpy(),
     )
+    return precision, recall, hit.height
+
+
+def label_figures(run_dir: Path, files: tuple[Path, ...]) -> dict[str, Any]:
+    """Figures for the report's duplicates section from the answered labels in ``files``."""
+    answers = answered(list(files))
+    precision, recall, used = estimates(candidate_pairs(run_dir), answers)
     return {
         "merged_pair_precision": precision.value,
         "merged_pair_precision_ci": list(precision.interval),
         "candidate_recall": recall.value,
         "candidate_recall_ci": list(recall.interval),
-        "labels_used": hit.height,
-        "labels_not_in_this_build": answers.height - hit.height,
+        "labels_used": used,
+        "labels_not_in_this_build": answers.height - used,
     }
