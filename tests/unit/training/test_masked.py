@@ -288,17 +288,18 @@ def run_trainer(model, dataset, loss, tmp_path: Path, **extra):
         SentenceTransformerTrainingArguments,
     )
 
+    settings = {
+        "max_steps": 5,
+        "per_device_train_batch_size": 4,
+        "learning_rate": 5e-5,
+        "seed": 13,
+        "save_strategy": "no",
+        "report_to": "none",
+        "disable_tqdm": True,
+        "dataloader_pin_memory": False,
+    }
     args = SentenceTransformerTrainingArguments(
-        output_dir=str(tmp_path / "checkpoints"),
-        max_steps=5,
-        per_device_train_batch_size=4,
-        learning_rate=5e-5,
-        seed=13,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        dataloader_pin_memory=False,
-        **extra,
+        output_dir=str(tmp_path / "checkpoints"), **{**settings, **extra}
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=dataset, loss=loss)
     return trainer.train()
