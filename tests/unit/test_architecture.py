@@ -31,9 +31,10 @@ LAYERS = {
     "pairsieve.audit": 3,
     "pairsieve.labels": 3,
     "pairsieve.training": 4,
+    "pairsieve.experiment": 5,
     "pairsieve.orchestration": 4,
-    "pairsieve.cli": 5,
-    "pairsieve.terminal": 5,
+    "pairsieve.cli": 6,
+    "pairsieve.terminal": 6,
 }
 
 

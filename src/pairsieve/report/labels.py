@@ -154,6 +154,18 @@ LABELS: dict[str, tuple[str, Kind]] = {
     "queries_mined": ("queries mined again", "count"),
     "change": ("change", "text"),
     "other_product_id": ("other product id", "text"),
+    # a training experiment
+    "arm": ("arm", "text"),
+    "seeds": ("seeds", "count"),
+    "recall@10": ("recall@10 (%)", "share"),
+    "ndcg@10": ("nDCG@10 (%)", "share"),
+    "mrr@10": ("MRR@10 (%)", "share"),
+    "baseline": ("against", "text"),
+    "metric": ("metric", "text"),
+    "difference": ("difference (points of %)", "share"),
+    "ci": ("95% paired bootstrap interval", "share"),
+    "learned_tau": ("τ where the learned temperature ended, per seed", "text"),
+    "negatives_share": ("training negatives of the positive's product (%)", "share"),
 }
 
 
@@ -186,6 +198,12 @@ READINGS: dict[str, str] = {
     "false-negative-rate": "Exact copies are what a text-level check finds; same-product "
     "negatives are what the trainer actually meets, counted by clusters and estimated from "
     "each pair's probability.",
+    "experiment-recall@10": "Held-out recall@10 of each arm at each temperature, mean over "
+    "seeds: the share of a query's product listings found in its top 10.",
+    "experiment-ndcg@10": "Held-out nDCG@10 of each arm at each temperature: like recall, but a "
+    "relevant listing counts more the higher it ranks.",
+    "experiment-mrr@10": "Held-out MRR@10 of each arm at each temperature: how high the first "
+    "listing of the query's product ranks.",
 }
 
 

@@ -1,0 +1,166 @@
+"""The arms of an experiment: one base encoder, the same pairs and steps, different hygiene.
+
+* `zero-shot`: the base encoder, untrained.
+* `naive`: sentence-transformers' `mine_hard_negatives` without a margin, the stock
+  `MultipleNegativesRankingLoss`, random batches: what a team runs without pairsieve.
+* `st-best`: the strongest recipe sentence-transformers ships: its miner with
+  `relative_margin=0.05`, `NoDuplicatesBatchSampler`, `GISTEmbedLoss` with the base encoder
+  as guide (it drops in-batch candidates the guide scores above the positive).
+* `pairsieve`: the build's shards, `ProductDisjointBatchSampler`, the masked loss.
+* `oracle`: the same rows with ground-truth product ids in the label column, so the sampler and
+  the mask know every copy (the ceiling of what better product ids could win).
+
+Every trained arm starts from the build's (anchor, positive) train pairs, so only the negatives,
+the batches and the loss differ. A `learned` τ starts at CLIP's 0.07; `naive` learns it through
+the masked loss with a label per cell (nothing masked: the stock loss with a trained scale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.errors import PairsieveError
+from pairsieve.experiment.data import RELEVANT, ExperimentData
+from pairsieve.training import (
+    CLIP_TEMPERATURE,
+    MaskedMultipleNegativesRankingLoss,
+    ProductDisjointBatchSampler,
+)
+
+ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "oracle")
+LEARNED = "learned"
+ST_BEST_RELATIVE_MARGIN = 0.05
+MINED_ARMS = {"naive": None, "st-best": ST_BEST_RELATIVE_MARGIN}  # arm -> miner's margin
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What the trainer gets for one arm: rows, loss and batch sampler."""
+
+    dataset: Any  # datasets.Dataset
+    loss: Any  # a sentence-transformers loss module
+    batch_sampler: Any  # a BatchSamplers value or a sampler class
+
+
+def supports(arm: str, tau: float | str) -> bool:
+    """Whether an arm can train at `tau`: GISTEmbedLoss takes no learned temperature."""
+    return not (arm == "st-best" and tau == LEARNED)
+
+
+def text_columns(k: int) -> list[str]:
+    return [S.ANCHOR, S.POSITIVE, *(S.negative_column(i) for i in range(1, k + 1))]
+
+
+def mine_with_sentence_transformers(
+    data: ExperimentData, model: Any, k: int, relative_margin: float | None, cache: Path
+) -> pl.DataFrame:
+    """The train pairs with k negatives from sentence-transformers' own miner over the whole
+    catalog; `cache` holds its embeddings, so a second margin does not embed again."""
+    from datasets import Dataset
+    from sentence_transformers.util import mine_hard_negatives
+
+    pairs = data.train.select(S.ANCHOR, S.POSITIVE)
+    cache.mkdir(parents=True, exist_ok=True)
+    mined = mine_hard_negatives(
+        Dataset.from_polars(pairs),
+        model,
+        corpus=data.corpus[S.TITLE].unique().sort().to_list(),
+        num_negatives=k,
+        relative_margin=relative_margin,
+        output_format="n-tuple",
+        batch_size=128,
+        use_faiss=True,
+        cache_folder=str(cache),
+        verbose=False,
+    )
+    return mined.to_polars().select(text_columns(k))
+
+
+def false_negative_share(mined: pl.DataFrame, data: ExperimentData, k: int) -> float | None:
+    """Share of mined negatives whose title is a listing of the positive's product (products
+    as `data.relevance` says): what the miner told the model were different."""
+    if mined.is_empty():
+        return None
+    products = data.corpus.group_by(S.TITLE).agg(pl.col(RELEVANT).drop_nulls().alias("products"))
+    by_title = dict(products.iter_rows())
+    false = total = 0
+    for row in mined.select(S.POSITIVE, *text_columns(k)[2:]).iter_rows():
+        positive = set(by_title.get(row[0], ()))
+        for negative in row[1:]:
+            false += bool(positive & set(by_title.get(negative, ())))
+            total += 1
+    return false / total
+
+
+def _unique_labels(rows: int, columns: int) -> pl.Series:
+    """A distinct label per cell: the masked loss then masks nothing."""
+    return pl.Series(
+        S.LABEL,
+        [[r * columns + c for c in range(columns)] for r in range(rows)],
+        dtype=pl.List(pl.Int64),
+    )
+
+
+def _masked(model: Any, tau: float | str) -> MaskedMultipleNegativesRankingLoss:
+    if tau == LEARNED:
+        return MaskedMultipleNegativesRankingLoss(
+            model, scale=1 / CLIP_TEMPERATURE, learn_scale=True
+        )
+    return MaskedMultipleNegativesRankingLoss(model, scale=1 / float(tau))
+
+
+def _shard_rows(data: ExperimentData, k: int, labels: pl.Series | None = None) -> pl.DataFrame:
+    label = data.train[S.LABEL] if labels is None else labels
+    return data.train.select(text_columns(k)).with_columns(label.list.head(1 + k).alias(S.LABEL))
+
+
+def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
+    arm: str,
+    tau: float | str,
+    model: Any,
+    guide: Any,
+    data: ExperimentData,
+    mined: dict[str, pl.DataFrame],
+    k: int,
+) -> Recipe:
+    """The dataset, loss and batch sampler of a trained arm at temperature `tau`.
+
+    Raises:
+        PairsieveError: `oracle` without a truth column, or `st-best` with a learned τ
+            (GISTEmbedLoss takes a fixed temperature).
+    """
+    from datasets import Dataset
+    from sentence_transformers.base.sampler import BatchSamplers
+    from sentence_transformers.sentence_transformer.losses import (
+        GISTEmbedLoss,
+        MultipleNegativesRankingLoss,
+    )
+
+    if arm == "naive":
+        rows = mined[arm]
+        if tau == LEARNED:
+            rows = rows.with_columns(_unique_labels(rows.height, 1 + k))
+            return Recipe(
+                Dataset.from_polars(rows), _masked(model, tau), BatchSamplers.BATCH_SAMPLER
+            )
+        loss = MultipleNegativesRankingLoss(model, scale=1 / float(tau))
+        return Recipe(Dataset.from_polars(rows), loss, BatchSamplers.BATCH_SAMPLER)
+    if arm == "st-best":
+        if tau == LEARNED:
+            raise PairsieveError("bad_option", "st-best's GISTEmbedLoss takes no learned τ")
+        loss = GISTEmbedLoss(model, guide=guide, temperature=float(tau))
+        return Recipe(Dataset.from_polars(mined[arm]), loss, BatchSamplers.NO_DUPLICATES)
+    if arm == "pairsieve":
+        rows = _shard_rows(data, k)
+        return Recipe(Dataset.from_polars(rows), _masked(model, tau), ProductDisjointBatchSampler)
+    if arm == "oracle":
+        if data.truth_column is None:
+            raise PairsieveError("bad_option", "the oracle arm needs --truth-column")
+        rows = _shard_rows(data, k, data.labels_by(data.corpus.select(S.LISTING_ID, RELEVANT)))
+        return Recipe(Dataset.from_polars(rows), _masked(model, tau), ProductDisjointBatchSampler)
+    raise PairsieveError("bad_option", f"unknown arm {arm!r}; arms are {', '.join(ARMS)}")

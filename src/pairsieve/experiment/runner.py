@@ -1,0 +1,199 @@
+"""`pairsieve experiment`: train the same encoder under each arm and measure it on held-out queries.
+
+Each (arm, τ, seed) run trains a fresh copy of the base encoder for the same number of steps at
+the same batch size and writes its per-query scores to `EXP/runs/`, named by a hash of
+everything that decides them; a rerun with the same settings reuses them, so a long table can
+be filled over several sessions. `results.json` and `report.html` are then computed from
+those files: mean metrics per arm and τ, and paired bootstrap differences between arms.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.core import io
+from pairsieve.core.hashing import text_key
+from pairsieve.experiment import arms as A
+from pairsieve.experiment import retrieval
+from pairsieve.experiment.data import ExperimentData, load
+from pairsieve.experiment.settings import Settings
+from pairsieve.experiment.summary import summarise
+
+log = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.json"
+
+
+def load_model(settings: Settings):
+    """A fresh copy of the base encoder (a SentenceTransformer), offline."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(settings.base_model, device="cpu")
+    model.max_seq_length = settings.max_seq_length
+    return model
+
+
+def _fingerprint(run_dir: Path) -> str:
+    """What identifies the build's rows: its manifest's bytes."""
+    return f"{text_key((run_dir / 'shards' / S.MANIFEST_FILE).read_text()):016x}"
+
+
+def _temperature_trace():
+    """A trainer callback recording the loss's τ after every optimizer step."""
+    from transformers import TrainerCallback
+
+    class TemperatureTrace(TrainerCallback):
+        def __init__(self) -> None:
+            self.loss: Any = None
+            self.values: list[float] = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.loss is not None and hasattr(self.loss, "temperature"):
+                self.values.append(round(self.loss.temperature, 5))
+
+    return TemperatureTrace()
+
+
+def train(model, recipe: A.Recipe, settings: Settings, seed: int) -> dict[str, Any]:
+    """Train `model` in place on one arm's recipe; the τ trace, rows, loss and seconds."""
+    from sentence_transformers import (
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+
+    trace = _temperature_trace()
+    trace.loss = recipe.loss
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=scratch,
+            max_steps=settings.steps,
+            per_device_train_batch_size=settings.batch_size,
+            learning_rate=settings.learning_rate,
+            warmup_ratio=settings.warmup_ratio,
+            batch_sampler=recipe.batch_sampler,
+            seed=seed,
+            data_seed=seed,
+            save_strategy="no",
+            report_to="none",
+            disable_tqdm=True,
+            logging_strategy="no",
+            dataloader_drop_last=True,
+            dataloader_pin_memory=False,
+        )
+        trainer = SentenceTransformerTrainer(
+            model=model,
+            args=args,
+            train_dataset=recipe.dataset,
+            loss=recipe.loss,
+            callbacks=[trace],
+        )
+        output = trainer.train()
+    return {
+        "rows": len(recipe.dataset),
+        "steps": output.global_step,
+        "train_loss": round(float(output.training_loss), 5),
+        "train_s": round(time.perf_counter() - started, 1),
+        "tau_trace": trace.values,
+    }
+
+
+def _mined(data: ExperimentData, settings: Settings, base, out: Path, fingerprint: str) -> dict:
+    """sentence-transformers' mined rows for the arms that use them, cached under `out`."""
+    mined = {}
+    for arm, margin in A.MINED_ARMS.items():
+        if arm not in settings.arms:
+            continue
+        path = out / f"mined-{arm}-k{settings.negatives}-{fingerprint[:8]}.parquet"
+        if not path.exists():
+            frame = A.mine_with_sentence_transformers(
+                data, base, settings.negatives, margin, out / "st-cache"
+            )
+            io.write_parquet(frame, path)
+        mined[arm] = pl.read_parquet(path)
+    return mined
+
+
+def _one_run(context: dict[str, Any], arm: str, tau: float | str | None, seed: int | None):
+    """Scores (and training facts) of one (arm, τ, seed), from `EXP/runs/` when already there."""
+    settings: Settings = context["settings"]
+    key = settings.run_key(arm, tau, seed, context["fingerprint"])
+    scores_path = context["runs"] / f"{key}.parquet"
+    info_path = context["runs"] / f"{key}.json"
+    if scores_path.exists() and info_path.exists():
+        return pl.read_parquet(scores_path), json.loads(info_path.read_text())
+    started = time.perf_counter()
+    if arm == "zero-shot":
+        model, info = context["base"], {}
+    else:
+        model = load_model(settings)
+        recipe = A.recipe(
+            arm, tau, model, context["base"], context["data"], context["mined"], settings.negatives
+        )
+        info = train(model, recipe, settings, seed)
+    scores = retrieval.evaluate(model, context["data"])
+    info.update(
+        {"arm": arm, "tau": tau, "seed": seed, "seconds": round(time.perf_counter() - started, 1)}
+    )
+    log.info(
+        "%s τ=%s seed=%s: recall@10 %.4f (%.0f s)",
+        arm,
+        tau,
+        seed,
+        scores["recall@10"].mean(),
+        info["seconds"],
+    )
+    io.write_parquet(scores, scores_path)
+    io.write_json(info, info_path)
+    return scores, info
+
+
+def run(run_dir: Path, out: Path, settings: Settings) -> dict[str, Any]:
+    """Train and measure every arm, τ and seed of `settings` on the build in `run_dir`; write
+    `out/results.json`, `out/per_query.parquet` and `out/report.html`; return the results."""
+    from pairsieve.experiment.page import write_page
+
+    data = load(run_dir, settings.truth_column)
+    fingerprint = _fingerprint(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs").mkdir(exist_ok=True)
+    base = load_model(settings)
+    context = {
+        "settings": settings,
+        "data": data,
+        "base": base,
+        "fingerprint": fingerprint,
+        "runs": out / "runs",
+        "mined": _mined(data, settings, base, out, fingerprint),
+    }
+    runs = {}
+    for arm in settings.arms:
+        if arm == "zero-shot":
+            runs[(arm, None, None)] = _one_run(context, arm, None, None)
+            continue
+        for tau in filter(lambda tau: A.supports(arm, tau), settings.taus):
+            for seed in settings.seeds:
+                runs[(arm, tau, seed)] = _one_run(context, arm, tau, seed)
+    results = summarise(runs, settings, data, context["mined"])
+    per_query = pl.concat(
+        [
+            scores.with_columns(
+                pl.lit(arm).alias("arm"),
+                pl.lit(str(tau)).alias("tau"),
+                pl.lit(seed, dtype=pl.Int64).alias("seed"),
+            )
+            for (arm, tau, seed), (scores, _) in sorted(runs.items(), key=str)
+        ]
+    )
+    io.write_parquet(per_query, out / "per_query.parquet")
+    io.write_json(results, out / RESULTS_FILE)
+    write_page(results, out / "report.html")
+    return results

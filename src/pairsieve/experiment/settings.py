@@ -1,0 +1,32 @@
+"""What the arms of one experiment share, and the name of each run's files."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from pairsieve.core.hashing import text_key
+from pairsieve.experiment import arms as A
+from pairsieve.vectors.embed import bundled_model_path
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything shared by the arms of one experiment."""
+
+    arms: tuple[str, ...] = A.ARMS
+    taus: tuple[float | str, ...] = (0.05,)
+    seeds: tuple[int, ...] = (0,)
+    steps: int = 100
+    batch_size: int = 64
+    learning_rate: float = 2e-5
+    warmup_ratio: float = 0.1
+    max_seq_length: int = 32
+    negatives: int = 1
+    truth_column: str | None = None
+    base_model: str = field(default_factory=lambda: str(bundled_model_path()))
+
+    def run_key(self, arm: str, tau: float | str, seed: int, fingerprint: str) -> str:
+        """The file stem of one run's scores: its arm, τ and seed, and a hash of the rest."""
+        shared = {k: v for k, v in asdict(self).items() if k not in ("arms", "taus", "seeds")}
+        digest = text_key(repr((sorted(shared.items()), fingerprint))) & 0xFFFFFFFF
+        return f"{arm}-tau{tau}-seed{seed}-{digest:08x}"
