@@ -197,12 +197,15 @@ def row(result: dict, reference: dict) -> str:
     )
 
 
-def markdown(results: list[dict], command: str) -> str:
+def markdown(results: list[dict], command: str, load: tuple[float, float]) -> str:
     reference = next(r for r in results if r["name"] == REFERENCE)
     lines = [
         "```",
         command,
         "```",
+        "",
+        f"Load average (1 min) at start / end: {load[0]:.2f} / {load[1]:.2f} on"
+        f" {os.cpu_count()} cores; torch threads {reference['threads']}.",
         "",
         "| config | batch | mini-batch | s/step | CPU s/step | peak RSS GB | peak over baseline GB"
         f" | ratio vs {REFERENCE} |",
@@ -226,9 +229,10 @@ def main() -> None:
     names = args.configs.split(",")
     if REFERENCE not in names:
         names.insert(0, REFERENCE)
+    load_start = os.getloadavg()[0]
     results = [measure(name, args) for name in names]
     command = " ".join([".venv/bin/python", "benchmarks/cached_loss.py", *sys.argv[1:]])
-    print(markdown(results, command))
+    print(markdown(results, command, (load_start, os.getloadavg()[0])))
 
 
 if __name__ == "__main__":

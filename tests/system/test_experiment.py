@@ -36,20 +36,18 @@ def experiment(*args: str):
     return CliRunner().invoke(app, ["experiment", *args], catch_exceptions=False)
 
 
+def toy_experiment(build: Path, out: Path):
+    """Every arm at τ 0.05 and learned, one seed, two steps."""
+    return experiment(
+        "--run", str(build), "--out", str(out), "--truth-column", TRUE_PRODUCT_ID,
+        "--taus", "0.05,learned", *TOY,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def toy_results(eval_build, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("exp") / "out"
-    done = experiment(
-        "--run",
-        str(eval_build),
-        "--out",
-        str(out),
-        "--truth-column",
-        TRUE_PRODUCT_ID,
-        "--taus",
-        "0.05,learned",
-        *TOY,
-    )
+    done = toy_experiment(eval_build, out)
     assert done.exit_code == 0, done.output
     return out, json.loads((out / "results.json").read_text())
 
@@ -88,17 +86,7 @@ def test_a_rerun_reuses_every_run(toy_results, eval_build):
     out, results = toy_results
     runs = sorted((out / "runs").iterdir())
     stamps = [p.stat().st_mtime_ns for p in runs]
-    again = experiment(
-        "--run",
-        str(eval_build),
-        "--out",
-        str(out),
-        "--truth-column",
-        TRUE_PRODUCT_ID,
-        "--taus",
-        "0.05,learned",
-        *TOY,
-    )
+    again = toy_experiment(eval_build, out)
     assert again.exit_code == 0, again.output
     assert [p.stat().st_mtime_ns for p in sorted((out / "runs").iterdir())] == stamps
     assert json.loads((out / "results.json").read_text()) == results

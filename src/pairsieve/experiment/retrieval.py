@@ -52,11 +52,12 @@ def score(found: np.ndarray, hit: np.ndarray, relevant: np.ndarray) -> dict[str,
         }
 
 
-def evaluate(model, data: ExperimentData, corpus_vectors: np.ndarray | None = None) -> pl.DataFrame:
+def evaluate(model, data: ExperimentData) -> pl.DataFrame:
     """Per-query recall, nDCG and MRR at 10 of `model` on the held-out queries, the whole catalog
     as corpus: query, recall@10, ndcg@10, mrr@10 (one row per distinct query text)."""
-    if corpus_vectors is None:
-        corpus_vectors = encode(model, data.corpus[S.TITLE].to_list())
+    # Each distinct title is encoded once, then given to every listing that carries it.
+    titles, row_of = np.unique(data.corpus[S.TITLE].to_numpy().astype(str), return_inverse=True)
+    corpus_vectors = encode(model, titles.tolist())[row_of]
     grouped = data.queries.group_by(S.QUERY).agg(pl.col(RELEVANT)).sort(S.QUERY)
     query_vectors = encode(model, grouped[S.QUERY].to_list())
     found = top_k(query_vectors, corpus_vectors)
