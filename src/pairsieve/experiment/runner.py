@@ -47,7 +47,7 @@ def _fingerprint(run_dir: Path) -> str:
 
 
 def _temperature_trace():
-    """A trainer callback recording the loss's τ after every optimizer step."""
+    """A trainer callback recording a learned τ after every optimizer step."""
     from transformers import TrainerCallback
 
     class TemperatureTrace(TrainerCallback):
@@ -56,7 +56,7 @@ def _temperature_trace():
             self.values: list[float] = []
 
         def on_step_end(self, args, state, control, **kwargs):
-            if self.loss is not None and hasattr(self.loss, "temperature"):
+            if getattr(self.loss, "learned_scale", None) is not None:
                 self.values.append(round(self.loss.temperature, 5))
 
     return TemperatureTrace()
@@ -175,12 +175,12 @@ def run(run_dir: Path, out: Path, settings: Settings) -> dict[str, Any]:
         "mined": _mined(data, settings, base, out, fingerprint),
     }
     runs = {}
-    for arm in settings.arms:
-        if arm == "zero-shot":
-            runs[(arm, None, None)] = _one_run(context, arm, None, None)
-            continue
-        for tau in filter(lambda tau: A.supports(arm, tau), settings.taus):
-            for seed in settings.seeds:
+    if "zero-shot" in settings.arms:
+        runs[("zero-shot", None, None)] = _one_run(context, "zero-shot", None, None)
+    # Seed by seed, so a stopped experiment has whole seeds of every arm to compare.
+    for seed in settings.seeds:
+        for tau in settings.taus:
+            for arm in (a for a in settings.arms if a != "zero-shot" and A.supports(a, tau)):
                 runs[(arm, tau, seed)] = _one_run(context, arm, tau, seed)
     results = summarise(runs, settings, data, context["mined"])
     per_query = pl.concat(
