@@ -78,7 +78,7 @@ def train(model, recipe: A.Recipe, settings: Settings, seed: int) -> dict[str, A
             max_steps=settings.steps,
             per_device_train_batch_size=settings.batch_size,
             learning_rate=settings.learning_rate,
-            warmup_ratio=settings.warmup_ratio,
+            warmup_steps=settings.warmup_ratio,  # below 1: a share of the steps
             batch_sampler=recipe.batch_sampler,
             seed=seed,
             data_seed=seed,
