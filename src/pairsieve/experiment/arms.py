@@ -81,22 +81,6 @@ def mine_with_sentence_transformers(
     return mined.to_polars().select(text_columns(k))
 
 
-def false_negative_share(mined: pl.DataFrame, data: ExperimentData, k: int) -> float | None:
-    """Share of mined negatives whose title is a listing of the positive's product (products
-    as `data.relevance` says): what the miner told the model were different."""
-    if mined.is_empty():
-        return None
-    products = data.corpus.group_by(S.TITLE).agg(pl.col(RELEVANT).drop_nulls().alias("products"))
-    by_title = dict(products.iter_rows())
-    false = total = 0
-    for row in mined.select(S.POSITIVE, *text_columns(k)[2:]).iter_rows():
-        positive = set(by_title.get(row[0], ()))
-        for negative in row[1:]:
-            false += bool(positive & set(by_title.get(negative, ())))
-            total += 1
-    return false / total
-
-
 def _unique_labels(rows: int, columns: int) -> pl.Series:
     """A distinct label per cell: the masked loss then masks nothing."""
     return pl.Series(

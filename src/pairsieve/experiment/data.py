@@ -39,10 +39,6 @@ class ExperimentData:
     relevance: str
     truth_column: str | None
 
-    @property
-    def negatives(self) -> int:
-        return len([c for c in self.train.columns if c.startswith("negative_")]) - 1
-
     def labels_by(self, product_of_listing: pl.DataFrame) -> pl.Series:
         """The train rows' label column recomputed from another listing -> product map
         (listing_id, relevant_product): the oracle's ids instead of pairsieve's. A listing

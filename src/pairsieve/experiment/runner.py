@@ -18,9 +18,9 @@ from typing import Any
 
 import polars as pl
 
-from pairsieve import schemas as S
 from pairsieve.core import io
 from pairsieve.core.hashing import text_key
+from pairsieve.core.layout import RunLayout
 from pairsieve.experiment import arms as A
 from pairsieve.experiment import retrieval
 from pairsieve.experiment.data import ExperimentData, load
@@ -43,23 +43,23 @@ def load_model(settings: Settings):
 
 def _fingerprint(run_dir: Path) -> str:
     """What identifies the build's rows: its manifest's bytes."""
-    return f"{text_key((run_dir / 'shards' / S.MANIFEST_FILE).read_text()):016x}"
+    return f"{text_key(RunLayout(run_dir).manifest.read_text()):016x}"
 
 
-def _temperature_trace():
-    """A trainer callback recording a learned τ after every optimizer step."""
+def _temperature_trace(loss: Any):
+    """A trainer callback recording `loss`'s learned τ after every optimizer step."""
     from transformers import TrainerCallback
 
     class TemperatureTrace(TrainerCallback):
-        def __init__(self) -> None:
-            self.loss: Any = None
+        def __init__(self, loss: Any) -> None:
+            self.loss = loss
             self.values: list[float] = []
 
         def on_step_end(self, args, state, control, **kwargs):
             if getattr(self.loss, "learned_scale", None) is not None:
                 self.values.append(round(self.loss.temperature, 5))
 
-    return TemperatureTrace()
+    return TemperatureTrace(loss)
 
 
 def train(model, recipe: A.Recipe, settings: Settings, seed: int) -> dict[str, Any]:
@@ -69,8 +69,7 @@ def train(model, recipe: A.Recipe, settings: Settings, seed: int) -> dict[str, A
         SentenceTransformerTrainingArguments,
     )
 
-    trace = _temperature_trace()
-    trace.loss = recipe.loss
+    trace = _temperature_trace(recipe.loss)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         args = SentenceTransformerTrainingArguments(

@@ -7,12 +7,13 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
+import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.experiment import arms as A
 from pairsieve.experiment import retrieval
 from pairsieve.experiment.compare import paired_difference
-from pairsieve.experiment.data import ExperimentData
+from pairsieve.experiment.data import RELEVANT, ExperimentData
 from pairsieve.experiment.settings import Settings
 
 RESULTS_VERSION = 1
@@ -27,9 +28,25 @@ COMPARISONS = (
 )
 
 
+def _mined_false_negative_share(mined: pl.DataFrame, data: ExperimentData, k: int) -> float | None:
+    """Share of mined negatives whose title is a listing of the positive's product (products
+    as `data.relevance` says): what the miner told the model were different."""
+    if mined.is_empty():
+        return None
+    products = data.corpus.group_by(S.TITLE).agg(pl.col(RELEVANT).drop_nulls().alias("products"))
+    by_title = dict(products.iter_rows())
+    false = total = 0
+    for row in mined.select(S.POSITIVE, *A.text_columns(k)[2:]).iter_rows():
+        positive = set(by_title.get(row[0], ()))
+        for negative in row[1:]:
+            false += bool(positive & set(by_title.get(negative, ())))
+            total += 1
+    return false / total
+
+
 def _shard_false_negative_share(data: ExperimentData, k: int) -> float:
     """Share of the shards' first k negatives that are listings of the positive's product."""
-    product = dict(data.corpus.select(S.LISTING_ID, A.RELEVANT).iter_rows())
+    product = dict(data.corpus.select(S.LISTING_ID, RELEVANT).iter_rows())
     false = total = 0
     for positive, negatives in data.train.select(
         S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_IDS
@@ -112,7 +129,7 @@ def summarise(
     """results.json: the settings, each arm's mean metrics per τ, and paired differences."""
     shares = {"pairsieve": _shard_false_negative_share(data, settings.negatives)}
     for arm, frame in mined.items():
-        shares[arm] = A.false_negative_share(frame, data, settings.negatives)
+        shares[arm] = _mined_false_negative_share(frame, data, settings.negatives)
     table = _run_table(runs)
     return {
         "version": RESULTS_VERSION,
