@@ -80,6 +80,7 @@ def product_labels(labels: Tensor | None, batch_size: int, columns: int, loss_na
 class _ScaleMixin:
     """The scale of a masked loss: a fixed float, or a `LearnedScale` trained with the model."""
 
+    scale: float  # the fixed 1 / τ, or the learned one's starting value
     learned_scale: LearnedScale | None
 
     def _init_scale(self, scale: float, learn_scale: bool) -> None:
@@ -87,7 +88,7 @@ class _ScaleMixin:
 
     def current_scale(self) -> Tensor | float:
         """1 / τ as the loss applies it now (a tensor with a gradient when learned)."""
-        return self.fixed_scale if self.learned_scale is None else self.learned_scale()
+        return self.scale if self.learned_scale is None else self.learned_scale()
 
     @property
     def temperature(self) -> float:
@@ -123,7 +124,6 @@ class MaskedMultipleNegativesRankingLoss(_ScaleMixin, MultipleNegativesRankingLo
             similarity_fct=similarity_fct,
             gather_across_devices=gather_across_devices,
         )
-        self.fixed_scale = scale
         self._init_scale(scale, learn_scale)
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor) -> Tensor:
@@ -180,7 +180,7 @@ class MaskedCachedMultipleNegativesRankingLoss(_ScaleMixin, CachedLossMixin, nn.
         if mini_batch_size < 1:
             raise ValueError(f"mini_batch_size must be at least 1, got {mini_batch_size}")
         self.model = model
-        self.fixed_scale = scale
+        self.scale = scale
         self.similarity_fct = similarity_fct
         self.mini_batch_size = mini_batch_size
         self._init_scale(scale, learn_scale)
@@ -224,7 +224,7 @@ class MaskedCachedMultipleNegativesRankingLoss(_ScaleMixin, CachedLossMixin, nn.
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
-            "scale": self.fixed_scale,
+            "scale": self.scale,
             "similarity_fct": getattr(self.similarity_fct, "__name__", str(self.similarity_fct)),
             "mini_batch_size": self.mini_batch_size,
             "learn_scale": self.learned_scale is not None,
