@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -52,6 +53,10 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
     max_seq_length: Annotated[
         int, typer.Option("--max-seq-length", min=8, help="Token limit per text.")
     ] = 32,
+    tau_learning_rate: Annotated[
+        float | None,
+        typer.Option("--tau-learning-rate", min=0.0, help="Learning rate of a learned τ [0.05]."),
+    ] = None,
 ) -> None:
     """Train the bundled encoder under each arm; held-out recall, nDCG and MRR at 10 with paired
     bootstrap intervals into OUT/results.json and OUT/report.html."""
@@ -75,6 +80,8 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
         max_seq_length=max_seq_length,
         truth_column=truth_column,
     )
+    if tau_learning_rate is not None:
+        settings = replace(settings, tau_learning_rate=tau_learning_rate)
     results = run_experiment(run, out, settings)
     summary = [
         {k: row[k] for k in ("arm", "tau", "seeds", "recall@10", "ndcg@10", "mrr@10")}

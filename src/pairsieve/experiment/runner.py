@@ -30,6 +30,7 @@ from pairsieve.experiment.summary import summarise
 log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
+LEARNED_SCALE_PATTERN = r"learned_scale\.log_scale$"  # the masked losses' learned 1 / τ
 
 
 def load_model(settings: Settings):
@@ -70,6 +71,7 @@ def train(model, recipe: A.Recipe, settings: Settings, seed: int) -> dict[str, A
     )
 
     trace = _temperature_trace(recipe.loss)
+    learned = getattr(recipe.loss, "learned_scale", None) is not None
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
         args = SentenceTransformerTrainingArguments(
@@ -79,6 +81,9 @@ def train(model, recipe: A.Recipe, settings: Settings, seed: int) -> dict[str, A
             learning_rate=settings.learning_rate,
             warmup_steps=settings.warmup_ratio,  # below 1: a share of the steps
             batch_sampler=recipe.batch_sampler,
+            learning_rate_mapping={LEARNED_SCALE_PATTERN: settings.tau_learning_rate}
+            if learned
+            else None,
             seed=seed,
             data_seed=seed,
             save_strategy="no",

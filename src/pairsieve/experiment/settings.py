@@ -19,6 +19,10 @@ class Settings:
     steps: int = 100
     batch_size: int = 64
     learning_rate: float = 2e-5
+    # A learned τ's own rate: at the encoder's 2e-5 its log-scale moves ~1e-5 a step and a
+    # 100-step run never leaves CLIP's start; at 0.05 Adam can cross the range from τ 0.1 to the
+    # clamp at 0.01 (a log-distance of 2.3) within the run, so the trace shows where τ settles.
+    tau_learning_rate: float = 0.05
     warmup_ratio: float = 0.1
     max_seq_length: int = 32
     negatives: int = 1
