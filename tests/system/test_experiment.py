@@ -60,7 +60,11 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
     arms = {(a["arm"], a["tau"]) for a in results["arms"]}
     assert arms == {
         ("zero-shot", None),
-        *((arm, tau) for arm in ("naive", "pairsieve", "oracle") for tau in (0.05, "learned")),
+        *(
+            (arm, tau)
+            for arm in ("naive", "pairsieve", "shards-stock", "oracle")
+            for tau in (0.05, "learned")
+        ),
         ("st-best", 0.05),  # GISTEmbedLoss takes no learned temperature
     }
     for row in results["arms"]:
@@ -73,7 +77,12 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
     assert all(r["steps"] == 2 for r in trained)
     assert all(len(r["tau_trace"]) == 2 * (r["tau"] == "learned") for r in trained)
     pairs = {(c["arm"], c["baseline"]) for c in results["comparisons"]}
-    assert {("pairsieve", "naive"), ("pairsieve", "st-best"), ("oracle", "pairsieve")} <= pairs
+    assert {
+        ("pairsieve", "naive"),
+        ("pairsieve", "st-best"),
+        ("oracle", "pairsieve"),
+        ("pairsieve", "shards-stock"),
+    } <= pairs
     for c in results["comparisons"]:
         assert c["ci"][0] <= c["difference"] <= c["ci"][1], c
     shares = results["negatives_of_the_positive_product"]

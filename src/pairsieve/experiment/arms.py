@@ -7,12 +7,16 @@
   `relative_margin=0.05`, `NoDuplicatesBatchSampler`, `GISTEmbedLoss` with the base encoder
   as guide (it drops in-batch candidates the guide scores above the positive).
 * `pairsieve`: the build's shards, `ProductDisjointBatchSampler`, the masked loss.
+* `shards-stock`: the build's shards with the stock loss and random batches: what the shards
+  alone buy a team that changes nothing in its trainer, and what separates pairsieve's
+  negatives from its batching and mask.
 * `oracle`: the same rows with ground-truth product ids in the label column, so the sampler and
   the mask know every copy (the ceiling of what better product ids could win).
 
 Every trained arm starts from the build's (anchor, positive) train pairs, so only the negatives,
 the batches and the loss differ. A `learned` τ starts at CLIP's 0.07; `naive` learns it through
-the masked loss with a label per cell (nothing masked: the stock loss with a trained scale).
+the masked loss with a label per cell (nothing masked: the stock loss with a trained scale),
+and so does `shards-stock`.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from pairsieve.training import (
     ProductDisjointBatchSampler,
 )
 
-ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "oracle")
+ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "shards-stock", "oracle")
 LEARNED = "learned"
 ST_BEST_RELATIVE_MARGIN = 0.05
 MINED_ARMS = {"naive": None, "st-best": ST_BEST_RELATIVE_MARGIN}  # arm -> miner's margin
@@ -125,8 +129,8 @@ def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
         MultipleNegativesRankingLoss,
     )
 
-    if arm == "naive":
-        rows = mined[arm]
+    if arm in ("naive", "shards-stock"):
+        rows = mined[arm] if arm == "naive" else data.train.select(text_columns(k))
         if tau == LEARNED:
             rows = rows.with_columns(_unique_labels(rows.height, 1 + k))
             return Recipe(

@@ -22,6 +22,8 @@ COMPARISONS = (
     ("pairsieve", "naive"),
     ("pairsieve", "st-best"),
     ("oracle", "pairsieve"),
+    ("shards-stock", "naive"),
+    ("pairsieve", "shards-stock"),
     ("st-best", "naive"),
     ("naive", "zero-shot"),
     ("pairsieve", "zero-shot"),
