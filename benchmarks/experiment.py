@@ -8,6 +8,12 @@ labelled catalog, `pairsieve build` it with a held-out split, then `pairsieve ex
 marketplace of N products; `--copy-share` thins the catalog first (`datasets.thinning`), the
 dose-response axis. Everything after `--` goes to `pairsieve experiment`. The build and the
 experiment both resume: a rerun with more seeds or temperatures trains only the new runs.
+
+A table takes hours of machine time, more than one sitting, and a scratch folder does not
+outlive its machine. So each run's scores and the miner's rows are also kept in the repo under
+`benchmarks/experiment_runs/NAME/` (a few kB a run) and put back before the next sitting's
+experiment. A run's file name hashes the build's manifest and the settings, so a kept run is
+only reused by a byte-identical build with the same settings; any other is trained afresh.
 Prints the arm table and the paired differences as markdown for benchmarks/RESULTS.md.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +46,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--copy-share", type=float, default=None, help="thin to this share")
     parser.add_argument("--seed", type=int, default=0, help="click log and thinning seed")
     parser.add_argument("--eval-fraction", type=float, default=0.2, help="products held out")
+    parser.add_argument(
+        "--archive", type=Path, default=None, help="kept runs [benchmarks/experiment_runs/NAME]"
+    )
     return parser.parse_args(argv[:split]), argv[split + 1 :]
 
 
@@ -65,6 +75,31 @@ def inputs(args: argparse.Namespace) -> tuple[Path, Path]:
         catalog.write_parquet(catalog_path)
         clicklog.derive_clicks(catalog, seed=args.seed).write_parquet(clicks_path)
     return catalog_path, clicks_path
+
+
+def archive_of(args: argparse.Namespace) -> Path:
+    """Where this catalog's runs are kept between sittings."""
+    if args.archive is not None:
+        return args.archive
+    name = args.catalog.replace(":", "-")
+    if args.copy_share is not None:
+        name += f"-share{args.copy_share:g}"
+    return Path(__file__).parent / "experiment_runs" / name
+
+
+def kept_files(folder: Path) -> list[Path]:
+    """The files of an experiment folder worth keeping: runs and the miner's rows."""
+    return sorted([*folder.glob("runs/*.parquet"), *folder.glob("runs/*.json"),
+                   *folder.glob("mined-*.parquet")])  # fmt: skip
+
+
+def copy_new(source: Path, target: Path) -> None:
+    """Copy `source`'s kept files that `target` lacks (a run never changes once written)."""
+    for path in kept_files(source):
+        destination = target / path.relative_to(source)
+        if not destination.exists():
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, destination)
 
 
 def run(command: list[str]) -> None:
@@ -112,10 +147,15 @@ def main(argv: list[str] | None = None) -> None:
             "--set", f"shards.eval_fraction={args.eval_fraction}",
             "--set", f'ingest.truth_column="{S.TRUE_PRODUCT_ID}"',
         ])  # fmt: skip
-    run([
-        str(BIN / "pairsieve"), "experiment", "--run", str(build), "--out", str(out),
-        "--truth-column", S.TRUE_PRODUCT_ID, *experiment_args,
-    ])  # fmt: skip
+    archive = archive_of(args)
+    copy_new(archive, out)
+    try:
+        run([
+            str(BIN / "pairsieve"), "experiment", "--run", str(build), "--out", str(out),
+            "--truth-column", S.TRUE_PRODUCT_ID, *experiment_args,
+        ])  # fmt: skip
+    finally:
+        copy_new(out, archive)
     results = json.loads((out / "results.json").read_text())
     print(markdown(results, pl.read_parquet(catalog_path)))
 
