@@ -10,10 +10,11 @@ dose-response axis. Everything after `--` goes to `pairsieve experiment`. The bu
 experiment both resume: a rerun with more seeds or temperatures trains only the new runs.
 
 A table takes hours of machine time, more than one sitting, and a scratch folder does not
-outlive its machine. So each run's scores and the miner's rows are also kept in the repo under
-`benchmarks/experiment_runs/NAME/` (a few kB a run) and put back before the next sitting's
-experiment. A run's file name hashes the build's manifest and the settings, so a kept run is
-only reused by a byte-identical build with the same settings; any other is trained afresh.
+outlive its machine. So each run is also kept in the repo under `benchmarks/experiment_runs/NAME/`
+(a few kB: its facts, and its per-query scores keyed by a hash of the query text) and put back
+before the next sitting's experiment. A run's file name hashes the build's manifest and the
+settings, so a kept run is only reused by a byte-identical build with the same settings; any
+other is trained afresh.
 Prints the arm table and the paired differences as markdown for benchmarks/RESULTS.md.
 """
 
@@ -29,11 +30,15 @@ from pathlib import Path
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.core import io
+from pairsieve.core.hashing import column_keys, text_keys
 from pairsieve.datasets import clicklog, synth
 from pairsieve.datasets.benchmarks import benchmark
 from pairsieve.datasets.thinning import copy_share, thin_to_copy_share
+from pairsieve.experiment.data import load
 
 BIN = Path(sys.executable).parent
+QUERY_KEY = "query_key"  # a kept run's query, as `text_key` of its text
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
@@ -87,19 +92,34 @@ def archive_of(args: argparse.Namespace) -> Path:
     return Path(__file__).parent / "experiment_runs" / name
 
 
-def kept_files(folder: Path) -> list[Path]:
-    """The files of an experiment folder worth keeping: runs and the miner's rows."""
-    return sorted([*folder.glob("runs/*.parquet"), *folder.glob("runs/*.json"),
-                   *folder.glob("mined-*.parquet")])  # fmt: skip
+def keep_runs(out: Path, archive: Path) -> None:
+    """Keep `out`'s new runs in `archive`: each run's facts as they are, and its scores with the
+    query texts replaced by their keys (the repo holds no text of a benchmark catalog)."""
+    for info in sorted((out / "runs").glob("*.json")):
+        scores = info.with_suffix(".parquet")
+        if (archive / info.name).exists() or not scores.exists():
+            continue
+        archive.mkdir(parents=True, exist_ok=True)
+        frame = pl.read_parquet(scores)
+        keyed = frame.select(column_keys(frame[S.QUERY]).alias(QUERY_KEY), pl.exclude(S.QUERY))
+        io.write_parquet(keyed, archive / scores.name)
+        shutil.copyfile(info, archive / info.name)
 
 
-def copy_new(source: Path, target: Path) -> None:
-    """Copy `source`'s kept files that `target` lacks (a run never changes once written)."""
-    for path in kept_files(source):
-        destination = target / path.relative_to(source)
-        if not destination.exists():
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, destination)
+def restore_runs(archive: Path, out: Path, queries: list[str]) -> None:
+    """Put the kept runs back into `out/runs`, their query texts recovered from the build's own
+    held-out `queries`; a run with a key no query has stays out and is trained afresh."""
+    text_of = dict(zip(text_keys(queries).tolist(), queries, strict=True))
+    for info in sorted(archive.glob("*.json")):
+        target = out / "runs" / info.name
+        frame = pl.read_parquet(info.with_suffix(".parquet"))
+        keys = frame[QUERY_KEY].to_list()
+        if target.exists() or not all(k in text_of for k in keys):
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        texts = pl.Series(S.QUERY, [text_of[k] for k in keys], dtype=pl.String)
+        io.write_parquet(frame.select(texts, pl.exclude(QUERY_KEY)), target.with_suffix(".parquet"))
+        shutil.copyfile(info, target)  # last: a run counts once both of its files are there
 
 
 def run(command: list[str]) -> None:
@@ -148,14 +168,15 @@ def main(argv: list[str] | None = None) -> None:
             "--set", f'ingest.truth_column="{S.TRUE_PRODUCT_ID}"',
         ])  # fmt: skip
     archive = archive_of(args)
-    copy_new(archive, out)
+    held_out = load(build, S.TRUE_PRODUCT_ID).queries[S.QUERY].unique().to_list()
+    restore_runs(archive, out, held_out)
     try:
         run([
             str(BIN / "pairsieve"), "experiment", "--run", str(build), "--out", str(out),
             "--truth-column", S.TRUE_PRODUCT_ID, *experiment_args,
         ])  # fmt: skip
     finally:
-        copy_new(out, archive)
+        keep_runs(out, archive)
     results = json.loads((out / "results.json").read_text())
     print(markdown(results, pl.read_parquet(catalog_path)))
 

@@ -1,5 +1,5 @@
-"""The experiment benchmark keeps its runs between sittings: runs and mined rows go both ways,
-nothing else is kept, and a kept file never overwrites one already there."""
+"""The experiment benchmark keeps its runs between sittings without keeping any catalog text:
+scores go out keyed by query hash and come back with the build's own query texts."""
 
 from __future__ import annotations
 
@@ -7,9 +7,12 @@ import importlib
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.paths import REPO
+
+QUERIES = ["iphone 8 64gb", "sandisk ultra 32gb", "nikon d750 body"]
 
 
 @pytest.fixture(scope="module")
@@ -20,36 +23,50 @@ def experiment():
     sys.modules.pop("experiment", None)
 
 
-def _write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+def _run(folder: Path, stem: str, recall: list[float]) -> pl.DataFrame:
+    scores = pl.DataFrame({"query": QUERIES, "recall@10": recall, "ndcg@10": recall})
+    (folder / "runs").mkdir(parents=True, exist_ok=True)
+    scores.write_parquet(folder / "runs" / f"{stem}.parquet")
+    (folder / "runs" / f"{stem}.json").write_text('{"arm": "naive"}')
+    return scores
 
 
-def test_runs_and_mined_rows_are_kept_and_put_back(experiment, tmp_path):
+def test_a_kept_run_holds_no_query_text_and_comes_back_whole(experiment, tmp_path):
     out, archive = tmp_path / "exp", tmp_path / "archive"
-    _write(out / "runs" / "naive-tau0.05-seed0-0a.parquet", "scores")
-    _write(out / "runs" / "naive-tau0.05-seed0-0a.json", "{}")
-    _write(out / "mined-naive-k1-0a.parquet", "rows")
-    _write(out / "results.json", "{}")  # recomputed every time: not kept
-    _write(out / "st-cache" / "vectors.npy", "x")  # the miner's embeddings: not kept
-    experiment.copy_new(out, archive)
-    kept = sorted(str(p.relative_to(archive)) for p in archive.rglob("*") if p.is_file())
-    assert kept == [
-        "mined-naive-k1-0a.parquet",
-        "runs/naive-tau0.05-seed0-0a.json",
-        "runs/naive-tau0.05-seed0-0a.parquet",
+    scores = _run(out, "naive-tau0.05-seed0-0a", [1.0, 0.5, 0.0])
+    (out / "results.json").write_text("{}")  # recomputed every time: not kept
+    experiment.keep_runs(out, archive)
+    assert sorted(p.name for p in archive.iterdir()) == [
+        "naive-tau0.05-seed0-0a.json",
+        "naive-tau0.05-seed0-0a.parquet",
     ]
+    kept = pl.read_parquet(archive / "naive-tau0.05-seed0-0a.parquet")
+    assert kept.columns == ["query_key", "recall@10", "ndcg@10"]
+    assert not any(q.encode() in (archive / "naive-tau0.05-seed0-0a.parquet").read_bytes()
+                   for q in QUERIES)  # fmt: skip
     fresh = tmp_path / "fresh"
-    experiment.copy_new(archive, fresh)
-    assert (fresh / "runs" / "naive-tau0.05-seed0-0a.parquet").read_text() == "scores"
+    experiment.restore_runs(archive, fresh, list(reversed(QUERIES)))
+    restored = pl.read_parquet(fresh / "runs" / "naive-tau0.05-seed0-0a.parquet")
+    assert restored.equals(scores)
+    assert (fresh / "runs" / "naive-tau0.05-seed0-0a.json").read_text() == '{"arm": "naive"}'
 
 
-def test_a_kept_file_never_overwrites(experiment, tmp_path):
+def test_a_run_of_other_queries_is_not_restored(experiment, tmp_path):
     out, archive = tmp_path / "exp", tmp_path / "archive"
-    _write(out / "runs" / "a.json", "new")
-    _write(archive / "runs" / "a.json", "old")
-    experiment.copy_new(out, archive)
-    assert (archive / "runs" / "a.json").read_text() == "old"
+    _run(out, "naive-tau0.05-seed0-0a", [1.0, 0.5, 0.0])
+    experiment.keep_runs(out, archive)
+    fresh = tmp_path / "fresh"
+    experiment.restore_runs(archive, fresh, QUERIES[:2])
+    assert not (fresh / "runs").exists()
+
+
+def test_a_kept_run_is_never_overwritten(experiment, tmp_path):
+    out, archive = tmp_path / "exp", tmp_path / "archive"
+    _run(out, "a", [1.0, 0.5, 0.0])
+    experiment.keep_runs(out, archive)
+    _run(out, "a", [0.0, 0.0, 0.0])
+    experiment.keep_runs(out, archive)
+    assert pl.read_parquet(archive / "a.parquet")["recall@10"].to_list() == [1.0, 0.5, 0.0]
 
 
 def test_each_catalog_and_share_has_its_own_archive(experiment):
