@@ -2,11 +2,13 @@
 labelled catalog, `pairsieve build` it with a held-out split, then `pairsieve experiment` it.
 
     .venv/bin/python benchmarks/experiment.py --catalog pricerunner --work /tmp/ps-exp \
-        [--data-root ../shared/data] [--copy-share 0.25] -- --seeds 3 --taus 0.05
+        [--data-root ../shared/data] [--copy-share 0.25] [--build-set KEY=VALUE] \
+        -- --seeds 3 --taus 0.05
 
 `--catalog` is a benchmark name (`pairsieve.datasets.benchmarks`) or `synth:N` for a generated
 marketplace of N products; `--copy-share` thins the catalog first (`datasets.thinning`), the
-dose-response axis. Everything after `--` goes to `pairsieve experiment`. The build and the
+dose-response axis; `--build-set` passes a setting to the build (an ablation of the
+hygiene, kept in an archive of its own). Everything after `--` goes to `pairsieve experiment`. The build and the
 experiment both resume: a rerun with more seeds or temperatures trains only the new runs.
 
 A table takes hours of machine time, more than one sitting, and a scratch folder does not
@@ -52,6 +54,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     parser.add_argument("--seed", type=int, default=0, help="click log and thinning seed")
     parser.add_argument("--eval-fraction", type=float, default=0.2, help="products held out")
     parser.add_argument(
+        "--build-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a build setting (`pairsieve build --set`), e.g. mine.relative_margin=none",
+    )
+    parser.add_argument(
         "--archive", type=Path, default=None, help="kept runs [benchmarks/experiment_runs/NAME]"
     )
     return parser.parse_args(argv[:split]), argv[split + 1 :]
@@ -89,6 +98,8 @@ def archive_of(args: argparse.Namespace) -> Path:
     name = args.catalog.replace(":", "-")
     if args.copy_share is not None:
         name += f"-share{args.copy_share:g}"
+    for setting in sorted(args.build_set):
+        name += "-" + setting.replace('"', "")
     return Path(__file__).parent / "experiment_runs" / name
 
 
@@ -166,6 +177,7 @@ def main(argv: list[str] | None = None) -> None:
             "--catalog", str(catalog_path), "--out", str(build),
             "--set", f"shards.eval_fraction={args.eval_fraction}",
             "--set", f'ingest.truth_column="{S.TRUE_PRODUCT_ID}"',
+            *(part for setting in args.build_set for part in ("--set", setting)),
         ])  # fmt: skip
     archive = archive_of(args)
     held_out = load(build, S.TRUE_PRODUCT_ID).queries[S.QUERY].unique().to_list()

@@ -76,3 +76,7 @@ def test_each_catalog_and_share_has_its_own_archive(experiment):
     assert experiment.archive_of(args).name == "synth-1000-share0.25"
     args, _ = experiment.parse_args(["--catalog", "altosight", "--work", "w"])
     assert experiment.archive_of(args) == REPO / "benchmarks" / "experiment_runs" / "altosight"
+    args, _ = experiment.parse_args(
+        ["--catalog", "pricerunner", "--work", "w", "--build-set", "mine.relative_margin=none"]
+    )
+    assert experiment.archive_of(args).name == "pricerunner-mine.relative_margin=none"
