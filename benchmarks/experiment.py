@@ -7,9 +7,9 @@ labelled catalog, `pairsieve build` it with a held-out split, then `pairsieve ex
 
 `--catalog` is a benchmark name (`pairsieve.datasets.benchmarks`) or `synth:N` for a generated
 marketplace of N products; `--copy-share` thins the catalog first (`datasets.thinning`), the
-dose-response axis; `--build-set` passes a setting to the build (an ablation of the
-hygiene, kept in an archive of its own). Everything after `--` goes to `pairsieve experiment`. The build and the
-experiment both resume: a rerun with more seeds or temperatures trains only the new runs.
+dose-response axis; `--build-set` passes a setting to the build (an ablation of the hygiene,
+kept in an archive of its own). Everything after `--` goes to `pairsieve experiment`. The build
+and the experiment both resume: a rerun with more seeds or temperatures trains only new runs.
 
 A table takes hours of machine time, more than one sitting, and a scratch folder does not
 outlive its machine. So each run is also kept in the repo under `benchmarks/experiment_runs/NAME/`
