@@ -80,3 +80,18 @@ def test_each_catalog_and_share_has_its_own_archive(experiment):
         ["--catalog", "pricerunner", "--work", "w", "--build-set", "mine.relative_margin=none"]
     )
     assert experiment.archive_of(args).name == "pricerunner-mine.relative_margin=none"
+
+
+def test_an_ablation_is_paired_on_the_queries_both_runs_share(tmp_path):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(REPO / "benchmarks"))
+        ablation = importlib.import_module("ablation")
+    metrics = {"recall@10": [1.0, 0.5, 0.0], "ndcg@10": [1.0, 0.5, 0.0], "mrr@10": [1.0, 0.5, 0.0]}
+    arm = pl.DataFrame({"query": ["a", "b", "c"], **metrics})
+    # b and c, in another order, each 0.25 lower; d is not shared.
+    lower = {m: [0.9, -0.25, 0.25] for m in metrics}
+    baseline = pl.DataFrame({"query": ["d", "c", "b"], **lower})
+    result = ablation.shared_difference(arm, baseline)
+    assert result["queries"] == 2
+    difference, (lo, hi) = result["recall@10"]
+    assert (difference, lo, hi) == pytest.approx((0.25, 0.25, 0.25))
