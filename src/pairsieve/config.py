@@ -213,6 +213,9 @@ class ClusterConfig(Section):
     )
 
 
+MARGIN_LOOKAHEAD = 4  # candidates judged inside the margin per negative wanted (see below)
+
+
 class MineConfig(Section):
     """Hard-negative mining (names follow sentence-transformers' `mine_hard_negatives`)."""
 
@@ -251,6 +254,14 @@ class MineConfig(Section):
         le=1,
         description="Drop candidates scoring above positive - |positive| * margin; 0.05 is "
         "NV-Retriever's TopK-PercPos 95% (arXiv 2407.15831). None disables.",
+    )
+    margin_spares_variants: bool = Field(
+        False,
+        description="Keep a candidate inside the margin when its title conflicts with the "
+        "positive's (another model code, capacity, generation, variant or number: the cluster "
+        "stage's vetoes). The margin guards against copies the clusterer missed; a judged "
+        "variant is none, and it is the hardest true negative there is. Only the first "
+        f"{MARGIN_LOOKAHEAD} x num_negatives candidates of a pair inside the margin are judged.",
     )
     max_score: float | None = Field(None, description="Drop candidates scoring above this.")
     min_score: float | None = Field(None, description="Drop candidates scoring below this.")

@@ -8,11 +8,13 @@ tested on hand-built score tables, and so that the same code judges every varian
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.config import MineConfig
+from pairsieve.config import MARGIN_LOOKAHEAD, MineConfig
 from pairsieve.core.hashing import avalanche64, column_keys
 from pairsieve.text import attributes as text
 from pairsieve.text import match
@@ -96,10 +98,45 @@ def _random_keys(table: pl.DataFrame, seed: int) -> pl.Series:
     return pl.Series("_key", mixed, dtype=pl.UInt64)
 
 
+def _attribute_lookup(texts: dict[str, str]) -> Callable[[str], text.Attributes]:
+    """The attributes of a listing's title, extracted once per listing."""
+    found: dict[str, text.Attributes] = {}
+
+    def attributes(listing_id: str) -> text.Attributes:
+        if listing_id not in found:
+            found[listing_id] = text.extract_attributes(texts.get(listing_id, ""))
+        return found[listing_id]
+
+    return attributes
+
+
+def _judged_variants(
+    table: pl.DataFrame, inside: pl.Expr, texts: dict[str, str], cfg: MineConfig
+) -> pl.Series:
+    """Boolean per row: a candidate `inside` the margin whose title conflicts with its pair's
+    positive, among the first `MARGIN_LOOKAHEAD * num_negatives` inside it by rank."""
+    pair = [S.QUERY, S.POSITIVE_LISTING_ID]
+    ahead = pl.int_range(pl.len()).over([*pair, inside], order_by=S.RANK)
+    judged = table.with_row_index("_row").filter(
+        inside & (ahead < MARGIN_LOOKAHEAD * cfg.num_negatives)
+    )
+    attributes = _attribute_lookup(texts)
+    pairs = zip(judged[S.POSITIVE_LISTING_ID], judged[S.NEGATIVE_LISTING_ID], strict=True)
+    conflicts = [match.conflict(attributes(a), attributes(b)) is not None for a, b in pairs]
+    spared = np.zeros(table.height, dtype=bool)
+    spared[judged["_row"].filter(pl.Series(conflicts, dtype=pl.Boolean)).to_numpy()] = True
+    return pl.Series("_spared", spared)
+
+
 def _stamp_filters(
-    candidates: pl.DataFrame, positives: pl.DataFrame, products: pl.DataFrame, cfg: MineConfig
+    candidates: pl.DataFrame,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: MineConfig,
+    texts: dict[str, str] | None,
 ) -> pl.DataFrame:
-    """Every (pair, candidate) row with the first score/identity reason that drops it, or null."""
+    """Every (pair, candidate) row with the first score/identity reason that drops it, or null.
+    With `cfg.margin_spares_variants` (and `texts`), judged variants pass the margin."""
     product_of = products.select(S.LISTING_ID, pl.col(S.PRODUCT_ID).alias(_PRODUCT))
     ranked = candidates if S.RANK in candidates.columns else with_ranks(candidates)
     ranked = (
@@ -130,6 +167,15 @@ def _stamp_filters(
         .join(positive_products, on=[S.QUERY, _PRODUCT], how="left")
     )
     score = pl.col(S.SCORE)
+    identity = (
+        (pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID))
+        | pl.col("_clicked").fill_null(False)
+        | pl.col("_pos_product").fill_null(False)
+    )
+    inside = ~identity & (score > pl.col("_limit"))
+    if cfg.margin_spares_variants and texts is not None:
+        table = table.with_columns(_judged_variants(table, inside, texts, cfg))
+        inside = inside & ~pl.col("_spared")
     reason = (
         pl.when(pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID))
         .then(pl.lit("same_listing"))
@@ -137,14 +183,16 @@ def _stamp_filters(
         .then(pl.lit("other_positive"))
         .when(pl.col("_pos_product").fill_null(False))
         .then(pl.lit("same_product"))
-        .when(score > pl.col("_limit"))
+        .when(inside)
         .then(pl.lit("margin"))
         .when(score > (cfg.max_score if cfg.max_score is not None else float("inf")))
         .then(pl.lit("max_score"))
         .when(score < (cfg.min_score if cfg.min_score is not None else float("-inf")))
         .then(pl.lit("min_score"))
     )
-    return table.with_columns(reason.alias(S.REASON)).drop("_limit", "_clicked", "_pos_product")
+    return table.with_columns(reason.alias(S.REASON)).drop(
+        "_limit", "_clicked", "_pos_product", "_spared", strict=False
+    )
 
 
 def _possible_duplicates(
@@ -152,13 +200,7 @@ def _possible_duplicates(
 ) -> list[bool]:
     """For (positive, candidate) listing ids: True when no extracted attribute tells the two
     titles apart (`match.conflict`) and their word Jaccard reaches ``min_jaccard``."""
-    attrs: dict[str, text.Attributes] = {}
-
-    def attributes(listing_id: str) -> text.Attributes:
-        if listing_id not in attrs:
-            attrs[listing_id] = text.extract_attributes(texts.get(listing_id, ""))
-        return attrs[listing_id]
-
+    attributes = _attribute_lookup(texts)
     flags = []
     for positive, candidate in pairs:
         a, b = attributes(positive), attributes(candidate)
@@ -268,7 +310,8 @@ def filter_candidates(
     texts = None
     if S.TITLE_NORM in products.columns:
         texts = dict(products.select(S.LISTING_ID, S.TITLE_NORM).iter_rows())
-    table = _select(_stamp_filters(candidates, positives, products, cfg), texts, cfg, seed)
+    stamped = _stamp_filters(candidates, positives, products, cfg, texts)
+    table = _select(stamped, texts, cfg, seed)
     order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
     kept = table.filter(pl.col(S.REASON).is_null()).select(NEGATIVE_COLUMNS).sort(order)
     dropped = (

@@ -212,6 +212,57 @@ def test_duplicate_guard_drops_unclustered_copies_and_refills():
     assert kept_ids(unguarded) == ["copy", "bigger"]
 
 
+def _titled(titles: dict[str, str]) -> pl.DataFrame:
+    """`listing_products` of listings that are each their own product, with their titles."""
+    listings = pl.DataFrame({S.LISTING_ID: list(titles), S.TITLE: list(titles.values())})
+    return mine.listing_products(
+        listings, pl.DataFrame({S.LISTING_ID: list(titles), S.PRODUCT_ID: list(titles)})
+    )
+
+
+def test_the_margin_spares_judged_variants_and_still_drops_what_nothing_tells_apart():
+    titles = {
+        "p": "cda fw852 integrated 50/50 fridge freezer",
+        "code": "cda fw422 integrated fridge",  # another model code: a variant
+        "reworded": "cda fw852 fridge freezer integrated",  # a copy the clusterer missed
+        "bigger": "sandisk ultra 64gb microsdxc",  # another capacity than...
+        "p2": "sandisk ultra 32gb microsdhc",  # ...this positive's
+        "below": "bosch serie 4 washing machine",
+    }
+    scores = {"q": {"code": 0.9, "reworded": 0.85, "below": 0.3}, "r": {"bigger": 0.9}}
+    positives = {("q", "p"): 0.6, ("r", "p2"): 0.6}
+    candidates, pos, _ = frames(scores, positives)
+    cfg = MineConfig(num_negatives=2, margin_spares_variants=True, duplicate_guard_jaccard=None)
+    kept, dropped = mine_filter.filter_candidates(candidates, pos, _titled(titles), cfg, 13)
+    assert kept_ids(kept) == ["code", "below"]
+    assert reasons(dropped) == {"reworded": "margin"}
+    assert kept_ids(kept, "r") == ["bigger"]
+    plain = cfg.model_copy(update={"margin_spares_variants": False})
+    kept, dropped = mine_filter.filter_candidates(candidates, pos, _titled(titles), plain, 13)
+    assert kept_ids(kept) == ["below"] and reasons(dropped) == {
+        "code": "margin",
+        "reworded": "margin",
+    }
+
+
+def test_the_margin_judges_only_the_first_candidates_inside_it():
+    titles = {"p": "apple iphone 8 64gb", **{f"v{i}": f"apple iphone {i} 64gb" for i in (3, 4, 5)}}
+    scores = {"q": {"v3": 0.9, "v4": 0.8, "v5": 0.7}}
+    candidates, pos, _ = frames(scores, {("q", "p"): 0.5})
+    cfg = MineConfig(num_negatives=1, margin_spares_variants=True, duplicate_guard_jaccard=None)
+    table = mine_filter._stamp_filters(candidates, pos, _titled(titles), cfg, titles)
+    spared = table.filter(pl.col(S.REASON).is_null())[S.NEGATIVE_LISTING_ID].sort().to_list()
+    assert spared == ["v3", "v4", "v5"]  # 3 inside the margin, within the 4 judged per negative
+    many = {f"v{i}": f"apple iphone {i} 64gb" for i in range(10, 20)}
+    scores = {"q": {k: 0.9 - i / 100 for i, k in enumerate(many)}}
+    candidates, pos, _ = frames(scores, {("q", "p"): 0.5})
+    texts = {"p": titles["p"], **many}
+    table = mine_filter._stamp_filters(candidates, pos, _titled(texts), cfg, texts)
+    assert table.filter(pl.col(S.REASON).is_null()).height == 4  # the best 4 by rank
+    inside = table.filter(pl.col(S.REASON) == "margin").sort(S.RANK)
+    assert inside[S.NEGATIVE_LISTING_ID].to_list()[0] == "v14"
+
+
 def test_duplicate_guard_refills_each_pair_as_walking_its_list_would():
     """Pairs lose different numbers of candidates to the guard over several refills; each pair's
     kept negatives are its first num_negatives unflagged survivors, in order, as if walked one by
