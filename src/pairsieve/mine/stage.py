@@ -12,6 +12,9 @@ exact-text exclusion leaves 3.2% false negatives, cluster ids 1.2%, cluster ids 
 all three with the margin 0.03% at 92% of the negatives. Typed queries often score their clicked
 listing below most of their top 50, where the margin drops everything, so a query whose pairs end
 short of `num_negatives` is mined again below the margin instead of going without negatives.
+The margin also throws away the hardest true negatives: other models that the untrained encoder
+scores above the clicked listing. `mine.margin_spares_variants` keeps those whose title the pair
+judgement tells apart from the positive's (RESULTS.md, "what separates pairsieve from naive").
 
 The stage's parts, each tested alone:
 
