@@ -43,8 +43,12 @@ def load_model(settings: Settings):
 
 
 def _fingerprint(run_dir: Path) -> str:
-    """What identifies the build's rows: its manifest's bytes."""
-    return f"{text_key(RunLayout(run_dir).manifest.read_text()):016x}"
+    """What identifies the build's rows: the sha256 of each shard file and of the inputs, as its
+    manifest lists them. Not the config: a knob added or changed that moves no row must not
+    make every kept run stale."""
+    manifest = json.loads(RunLayout(run_dir).manifest.read_text())
+    rows = {key: manifest[key] for key in ("files", "input_fingerprints")}
+    return f"{text_key(json.dumps(rows, sort_keys=True)):016x}"
 
 
 def _temperature_trace(loss: Any):
