@@ -95,3 +95,14 @@ def test_an_ablation_is_paired_on_the_queries_both_runs_share(tmp_path):
     assert result["queries"] == 2
     difference, (lo, hi) = result["recall@10"]
     assert (difference, lo, hi) == pytest.approx((0.25, 0.25, 0.25))
+
+
+def test_the_runs_kept_in_the_repo_hold_no_catalog_text():
+    """Only a run's facts and its keyed scores: never a miner's rows, never a query."""
+    kept = sorted((REPO / "benchmarks" / "experiment_runs").glob("**/*"))
+    files = [p for p in kept if p.is_file()]
+    for path in files:
+        assert path.parent.parent.name == "experiment_runs", f"{path}: one folder per experiment"
+        assert path.suffix in (".json", ".parquet") and not path.name.startswith("mined-"), path
+        if path.suffix == ".parquet":
+            assert "query" not in pl.read_parquet_schema(path), path
