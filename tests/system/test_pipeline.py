@@ -104,15 +104,16 @@ def test_build_flow_publishes_balanced_stages_and_skips_on_rerun(
 
 # sha256 of the demo build's artifacts (`make demo`: the bundled sample, default config). A change
 # here is a change of every user's product ids, negatives or shards: make it on purpose. The int8
-# encoder is exported at install time, so new onnx / onnxruntime / torch releases can move the
-# vectors and with them near-tied negatives (products hold): then the same code gives new bytes.
+# encoder is exported at install time, so new onnx / onnxruntime / torch releases, and another
+# processor's kernels, can move the vectors and with them near-tied negatives (products hold):
+# then the same code gives new bytes. Check that the session's starting commit gives them too.
 DEMO_SHA256 = {
     "cluster/products.parquet": "29c89e7a5101c4e1548b4158b7f0b2dce0f6d9693bc56a2783a01fa1d770c411",
-    "mine/negatives.parquet": "631bd2493fff87d429c0350ef1982927a4f2c87de9cf6b338f68621933ea18b1",
+    "mine/negatives.parquet": "68d3c99a17dd5b394a5b8f2934886c507b787aea6a065e3b537dbb555e43bccc",
     "shards/train-00000.parquet": (
-        "91c6bcd8ac19770b6256da6256782b048bf5fcce766c655169cc3ea4fce61faf"
+        "7b561ead57a95688cf177ae6365a8c2ea4770fe35829af3731a168a6e210a06d"
     ),
-    "shards/meta-00000.parquet": "d649057c9985d263ae58402a0c820d40cf7652dd18ab864038322f33ad5b5968",
+    "shards/meta-00000.parquet": "1a5b19c87612be2886b53be1293b34002a8f2d3d25a7f623c6b1a4ea41349533",
 }
 
 
