@@ -128,6 +128,25 @@ def _judged_variants(
     return pl.Series("_spared", spared)
 
 
+def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
+    """The identity and score reasons in precedence order; `inside`: the margin drops the row."""
+    score = pl.col(S.SCORE)
+    return (
+        pl.when(pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID))
+        .then(pl.lit("same_listing"))
+        .when(pl.col("_clicked").fill_null(False))
+        .then(pl.lit("other_positive"))
+        .when(pl.col("_pos_product").fill_null(False))
+        .then(pl.lit("same_product"))
+        .when(inside)
+        .then(pl.lit("margin"))
+        .when(score > (cfg.max_score if cfg.max_score is not None else float("inf")))
+        .then(pl.lit("max_score"))
+        .when(score < (cfg.min_score if cfg.min_score is not None else float("-inf")))
+        .then(pl.lit("min_score"))
+    )
+
+
 def _stamp_filters(
     candidates: pl.DataFrame,
     positives: pl.DataFrame,
@@ -166,31 +185,16 @@ def _stamp_filters(
         .join(clicked, on=[S.QUERY, S.NEGATIVE_LISTING_ID], how="left")
         .join(positive_products, on=[S.QUERY, _PRODUCT], how="left")
     )
-    score = pl.col(S.SCORE)
     identity = (
         (pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID))
         | pl.col("_clicked").fill_null(False)
         | pl.col("_pos_product").fill_null(False)
     )
-    inside = ~identity & (score > pl.col("_limit"))
+    inside = ~identity & (pl.col(S.SCORE) > pl.col("_limit"))
     if cfg.margin_spares_variants and texts is not None:
         table = table.with_columns(_judged_variants(table, inside, texts, cfg))
         inside = inside & ~pl.col("_spared")
-    reason = (
-        pl.when(pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID))
-        .then(pl.lit("same_listing"))
-        .when(pl.col("_clicked").fill_null(False))
-        .then(pl.lit("other_positive"))
-        .when(pl.col("_pos_product").fill_null(False))
-        .then(pl.lit("same_product"))
-        .when(inside)
-        .then(pl.lit("margin"))
-        .when(score > (cfg.max_score if cfg.max_score is not None else float("inf")))
-        .then(pl.lit("max_score"))
-        .when(score < (cfg.min_score if cfg.min_score is not None else float("-inf")))
-        .then(pl.lit("min_score"))
-    )
-    return table.with_columns(reason.alias(S.REASON)).drop(
+    return table.with_columns(_first_reason(inside, cfg).alias(S.REASON)).drop(
         "_limit", "_clicked", "_pos_product", "_spared", strict=False
     )
 
