@@ -14,9 +14,9 @@ and the experiment both resume: a rerun with more seeds or temperatures trains o
 A table takes hours of machine time, more than one sitting, and a scratch folder does not
 outlive its machine. So each run is also kept in the repo under `benchmarks/experiment_runs/NAME/`
 (a few kB: its facts, and its per-query scores keyed by a hash of the query text) and put back
-before the next sitting's experiment. A run's file name hashes the build's manifest and the
-settings, so a kept run is only reused by a byte-identical build with the same settings; any
-other is trained afresh.
+before the next sitting's experiment. A run's file name hashes the settings and the sha256s of
+the build's shards and inputs, so a kept run is only reused by a build with the same rows and
+the same settings; any other is trained afresh.
 Prints the arm table and the paired differences as markdown for benchmarks/RESULTS.md.
 """
 
