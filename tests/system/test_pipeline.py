@@ -1,5 +1,5 @@
 """End-to-end builds on slices of the bundled sample: the Prefect flow, resumption, id lineage,
-and identical results on the thread and Dask task runners."""
+and identical results on the thread and Dask task runners, a lost Dask worker included."""
 
 from __future__ import annotations
 
@@ -461,25 +461,76 @@ def _check_reuse(cfg, results, before: Path, after: Path) -> None:
     assert changes["pairs_reused"] == cluster["reused_pairs"]
 
 
+def _kill_a_worker_mid_task(client, task_prefix: str, killed: list[int]) -> None:
+    """Wait until a worker runs a task named ``task_prefix``..., then SIGKILL that worker's
+    process (its nanny starts a new one) and record the pid in ``killed``."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        for worker, keys in client.processing().items():
+            if any(str(key).startswith(task_prefix) for key in keys):
+                pid = client.run(os.getpid, workers=[worker])[worker]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+        time.sleep(0.02)
+
+
 @pytest.mark.slow
-def test_thread_and_dask_runners_give_byte_identical_shards(prefect_harness, tmp_path, product_ids):
+def test_a_dask_build_that_loses_a_worker_mid_stage_keeps_the_threads_bytes(
+    prefect_harness, tmp_path, product_ids
+):
+    """A real local Dask cluster (two worker processes): one worker is killed while it embeds a
+    partition; Dask reruns the task on a live worker, and the build's shards, products and
+    negatives are the thread runner's bytes."""
+    import threading
+
+    from distributed import Client, LocalCluster
+
     from pairsieve.orchestration.flows import build
 
     data = _slice(tmp_path / "data", product_ids[60:80])
-    hashes = {}
-    for runner in ("threads", "dask"):
-        cfg = _cfg(
-            tmp_path / f"cache-{runner}",
-            **{"runner.task_runner": runner, "embed.partition_size": 100},
-        )
-        build(
-            clicks=str(data / "clicks.parquet"),
-            catalog=str(data / "catalog.parquet"),
-            out=str(tmp_path / runner),
-            config=cfg.model_dump(mode="json"),
-        )
-        hashes[runner] = _shard_hashes(tmp_path / runner)
+    hashes, stages = {}, {}
+    with (
+        LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
+        Client(cluster) as client,
+    ):
+        killed: list[int] = []
+        for runner in ("threads", "dask"):
+            cfg = _cfg(
+                tmp_path / f"cache-{runner}",
+                **{
+                    "runner.task_runner": runner,
+                    "runner.address": cluster.scheduler_address if runner == "dask" else None,
+                    "embed.partition_size": 100,
+                },
+            )
+            killer = threading.Thread(
+                target=_kill_a_worker_mid_task, args=(client, "embed_partition", killed)
+            )
+            if runner == "dask":
+                killer.start()
+            build(
+                clicks=str(data / "clicks.parquet"),
+                catalog=str(data / "catalog.parquet"),
+                out=str(tmp_path / runner),
+                config=cfg.model_dump(mode="json"),
+            )
+            if runner == "dask":
+                killer.join()
+            layout = RunLayout(tmp_path / runner)
+            hashes[runner] = _shard_hashes(tmp_path / runner) | {
+                name: io.sha256_file(path)
+                for name, path in (("products", layout.products), ("negatives", layout.negatives))
+            }
+            stages[runner] = json.loads((layout.stage_dir("cluster") / S.STAGE_JSON).read_text())
+        assert len(killed) == 1 and killed[0] not in client.run(os.getpid).values()
     assert hashes["threads"] == hashes["dask"]
+    # Every partition's vectors reached the cache, the lost one's too: clustering embedded none.
+    assert stages["dask"]["details"]["embedded"] == 0
+    assert stages["dask"]["details"]["embedding_cache_hits"] > 0
 
 
 def test_a_cold_build_prints_no_other_packages_log_lines(
