@@ -211,6 +211,13 @@ class ClusterConfig(Section):
         "(a score of 0): 1 counts it like a rejected pair; lower values let a product with "
         "many listings, not all compared with each other, hold together.",
     )
+    lifted_vetoes: tuple[str, ...] = Field(
+        (),
+        description="Veto reasons that do not block a pair, which the pair model then judges by "
+        "its score: a product granularity coarser than one SKU, e.g. a camera body and its kits "
+        "(`model_code_conflict`, `length_conflict`) or titles whose megapixel figure lost its "
+        "decimal point (`pixels_conflict`). Names as in pairs.parquet's `veto_reason`.",
+    )
 
 
 MARGIN_LOOKAHEAD = 4  # candidates judged inside the margin per negative wanted (see below)

@@ -279,13 +279,16 @@ def cluster_command(
     out: OutOpt,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
+    labels: LabelsOpt = None,
 ) -> None:
-    """Cluster listings into products: OUT/products.parquet and OUT/pairs.parquet."""
+    """Cluster listings into products: OUT/products.parquet and OUT/pairs.parquet; with
+    --labels, tuned to the answers (which vetoes hold, and the thresholds)."""
     from pairsieve.cluster import stage as cluster
 
     cfg = config_from_cli(config, overrides)
+    inputs = cluster.Inputs(catalog, labels=tuple(labels or ()))
     with terminal.showing_progress(cfg.runner.progress_every_s):
-        result = cluster.run(cfg, cluster.Inputs(catalog), out)
+        result = cluster.run(cfg, inputs, out)
     console.print(result.summary())
     print_json(result.to_json())
 

@@ -19,6 +19,7 @@ from pairsieve import schemas as S
 from pairsieve.cluster.reuse import touching
 from pairsieve.config import ClusterConfig, PairsieveConfig
 from pairsieve.core import progress
+from pairsieve.errors import PairsieveError
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 from pairsieve.vectors import minhash
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from pairsieve.vectors import knn
     from pairsieve.vectors.embed import Encoder
 SIGNAL_ORDER = ("exact", "code", "minhash", "embedding", "requested")
+NODE = "_node"  # a listing's node column in the clustering's listings frame
 
 
 _SIGNATURE_PARTITION = 250_000  # titles per signature cache part
@@ -222,6 +224,29 @@ def with_requested(pairs: pl.DataFrame, requested: np.ndarray) -> pl.DataFrame:
         .otherwise(pl.col(S.SIGNAL) + "+requested")
     )
     return both.with_columns(signal.alias(S.SIGNAL)).drop("_asked").sort("a", "b")
+
+
+def node_pairs(frame: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
+    """(m, 2) node indexes of listing pairs (``listing_a``, ``listing_b``) of ``frame``.
+
+    Raises:
+        PairsieveError: ``unknown_listing`` when a pair names a listing ``frame`` lacks.
+    """
+    node_of = frame.select(pl.col(S.LISTING_ID).cast(pl.String), pl.col(NODE).cast(pl.Int64))
+    ends = []
+    for column in (S.LISTING_A, S.LISTING_B):
+        found = pairs.select(pl.col(column).cast(pl.String).alias(S.LISTING_ID)).join(
+            node_of, on=S.LISTING_ID, how="left", maintain_order="left"
+        )
+        missing = found.filter(pl.col(NODE).is_null())
+        if missing.height:
+            raise PairsieveError(
+                "unknown_listing",
+                f"a requested pair names listing {missing[S.LISTING_ID][0]!r}, not in the listings",
+                column=column,
+            )
+        ends.append(found[NODE].to_numpy())
+    return np.column_stack(ends) if ends[0].size else np.zeros((0, 2), dtype=np.int64)
 
 
 def generate(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -37,7 +38,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster import candidates, lineage, linkage
+from pairsieve.cluster import candidates, labelled, lineage, linkage
 from pairsieve.cluster.calibration import Calibration, load_calibration
 from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.cluster.verify import (
@@ -66,18 +67,20 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Inputs:
     """What clustering reads: the listings (ingest's, or a catalog file in any format ingest
-    reads) and, optionally, listing pairs (``listing_a``, ``listing_b``) to judge besides the
-    candidates, so that each gets its ``p_same`` in ``pairs.parquet``."""
+    reads), optionally listing pairs (``listing_a``, ``listing_b``) to judge besides the
+    candidates, so that each gets its ``p_same`` in ``pairs.parquet``, and label files whose
+    answers tune the clustering to this catalog (`cluster.labelled`)."""
 
     listings: Source
     requested: pl.DataFrame | None = None
+    labels: tuple[Path, ...] = ()
 
     @classmethod
     def of(cls, layout: RunLayout) -> Inputs:
         return cls(layout.listings)
 
 
-_NODE = "_node"
+_NODE = candidates.NODE
 _KEY = "_key"
 
 
@@ -196,20 +199,31 @@ class Clustering:
         return labels[self.frame[_NODE].to_numpy()]
 
 
-def cluster_listings(
+@dataclass
+class _Judgement:
+    """Listings, nodes and judged candidate pairs, before linkage; ``rejudge(lifted)`` verifies
+    the same candidates again with those vetoes lifted."""
+
+    frame: pl.DataFrame
+    nodes: pl.DataFrame
+    scored: pl.DataFrame
+    rejudge: Callable[[tuple[str, ...]], pl.DataFrame]
+    ivf: knn.IvfLayout | None
+    by_signal: dict[str, int]
+    details: dict
+    timings: dict[str, float]
+
+
+def _judge(  # noqa: PLR0913 - the stage's optional inputs
     cfg: PairsieveConfig,
     listings: pl.DataFrame,
-    encoder: Encoder | None = None,
-    features: dict[str, np.ndarray] | None = None,
-    previous: PreviousClustering | None = None,
-    requested: pl.DataFrame | None = None,
-) -> Clustering:
-    """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
-    runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
-    learned verifier's pair features (rows of ``Clustering.scored``), for refitting it. With
-    ``previous``, pairs between unchanged titles are reused from it and only pairs touching the
-    others are generated and verified (`cluster.reuse`). ``requested`` listing pairs are judged
-    as candidates too (those touching a changed title, with ``previous``)."""
+    encoder: Encoder | None,
+    features: dict[str, np.ndarray] | None,
+    previous: PreviousClustering | None,
+    requested: pl.DataFrame | None,
+    reuse_pairs: bool,
+) -> _Judgement:
+    """Nodes, candidates and their verification (see `cluster_listings`)."""
     c = cfg.cluster
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -223,7 +237,7 @@ def cluster_listings(
     timings["attributes_s"] = time.perf_counter() - started
     details: dict = {"titles": len(nodes)}
     unsettled = None  # a full build generates every pair
-    if previous is not None:
+    if previous is not None and reuse_pairs:
         settled = previous.settled(frame, nodes)
         unsettled = ~settled
         details["settled_nodes"] = int(settled.sum())
@@ -236,25 +250,58 @@ def cluster_listings(
     candidate_pairs, by_signal = found.pairs, found.by_signal
     del found
     if requested is not None:
-        asked = touching(_node_pairs(frame, requested), unsettled)
+        asked = touching(candidates.node_pairs(frame, requested), unsettled)
         by_signal["requested"] = len(asked)
         candidate_pairs = candidates.with_requested(candidate_pairs, asked)
     scored = verify(c, candidate_pairs, nodes, attrs, vectors, features)
-    if previous is not None:
+    if unsettled is not None:
         reused = previous.pairs_between(nodes, ~unsettled)
         details["reused_pairs"] = len(reused)
         # In (a, b) order as a full build has them, sorted on one int64 key: ~2x faster than on
         # two columns for the 3e7 pairs of 10^6 listings (agglomerate is 2x slower unsorted).
         key = (pl.col("a").cast(pl.Int64) * (1 << 32) + pl.col("b")).alias("_key")
         scored = pl.concat([scored, reused.cast(scored.schema)]).sort(key)
+
+    def rejudge(lifted: tuple[str, ...]) -> pl.DataFrame:
+        lifting = c.model_copy(update={"lifted_vetoes": lifted})
+        return verify(lifting, candidate_pairs, nodes, attrs, vectors)
+
+    return _Judgement(frame, nodes, scored, rejudge, ivf, by_signal, details, timings)
+
+
+def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
+    cfg: PairsieveConfig,
+    listings: pl.DataFrame,
+    encoder: Encoder | None = None,
+    features: dict[str, np.ndarray] | None = None,
+    previous: PreviousClustering | None = None,
+    requested: pl.DataFrame | None = None,
+    label_files: tuple[Path, ...] = (),
+) -> Clustering:
+    """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
+    runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
+    learned verifier's pair features (rows of ``Clustering.scored``), for refitting it. With
+    ``previous``, pairs between unchanged titles are reused from it and only pairs touching the
+    others are generated and verified (`cluster.reuse`). ``requested`` listing pairs are judged
+    as candidates too (those touching a changed title, with ``previous``). ``label_files``
+    tune the vetoes and thresholds to the answers in them (`cluster.labelled`); every pair is
+    then judged afresh, as a lifted veto changes pairs ``previous`` settled."""
+    c = cfg.cluster
+    started = time.perf_counter()
+    judged = _judge(cfg, listings, encoder, features, previous, requested, not label_files)
+    scored, details, timings = judged.scored, judged.details, judged.timings
+    counts = judged.nodes["count"].to_numpy()
+    link, unjudged = resolved_link_threshold(c), c.unjudged_weight
+    if label_files:
+        tuned = labelled.tune(c, label_files, judged.frame, counts, scored, judged.rejudge)
+        scored, link, unjudged = tuned.scored, tuned.link_threshold, tuned.unjudged_weight
+        details["labels"] = tuned.details
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
-    labels = linkage.agglomerate(
-        nodes["count"].to_numpy(), scored, resolved_link_threshold(c), c.unjudged_weight
-    )
+    labels = linkage.agglomerate(counts, scored, link, unjudged)
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
-    details.update(_judged(scored, by_signal))
+    details.update(_judged(scored, judged.by_signal))
     details["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    return Clustering(frame, nodes, scored, labels, details, ivf)
+    return Clustering(judged.frame, judged.nodes, scored, labels, details, judged.ivf)
 
 
 def _judged(scored: pl.DataFrame, by_signal: dict[str, int]) -> dict:
@@ -266,29 +313,6 @@ def _judged(scored: pl.DataFrame, by_signal: dict[str, int]) -> dict:
         "accepted_pairs": int(scored[S.ACCEPTED].sum()),
         "vetoes": dict(sorted(vetoes)),
     }
-
-
-def _node_pairs(frame: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
-    """(m, 2) node indexes of listing pairs (``listing_a``, ``listing_b``) of ``frame``.
-
-    Raises:
-        PairsieveError: ``unknown_listing`` when a pair names a listing ``frame`` lacks.
-    """
-    node_of = frame.select(pl.col(S.LISTING_ID).cast(pl.String), pl.col(_NODE).cast(pl.Int64))
-    ends = []
-    for column in (S.LISTING_A, S.LISTING_B):
-        found = pairs.select(pl.col(column).cast(pl.String).alias(S.LISTING_ID)).join(
-            node_of, on=S.LISTING_ID, how="left", maintain_order="left"
-        )
-        missing = found.filter(pl.col(_NODE).is_null())
-        if missing.height:
-            raise PairsieveError(
-                "unknown_listing",
-                f"a requested pair names listing {missing[S.LISTING_ID][0]!r}, not in the listings",
-                column=column,
-            )
-        ends.append(found[_NODE].to_numpy())
-    return np.column_stack(ends) if ends[0].size else np.zeros((0, 2), dtype=np.int64)
 
 
 def products_frame(result: Clustering) -> pl.DataFrame:
@@ -419,7 +443,14 @@ def run(
     frame = (
         listings if isinstance(listings, pl.DataFrame) else read_catalog(str(listings), cfg.ingest)
     )
-    result = cluster_listings(cfg, frame, encoder, previous=previous, requested=inputs.requested)
+    result = cluster_listings(
+        cfg,
+        frame,
+        encoder,
+        previous=previous,
+        requested=inputs.requested,
+        label_files=inputs.labels,
+    )
     products = products_frame(result)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from pairsieve.cluster import verifier
 from pairsieve.config import ClusterConfig
 from pairsieve.core import progress
 from pairsieve.core.parallel import in_processes
+from pairsieve.errors import PairsieveError
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 
@@ -137,10 +138,14 @@ class _AttributeColumns:
         conflicting[both] = table[inverse.ravel(), 1]
         return shared, conflicting
 
-    def quantity_conflict(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """(m,) int64 index into ``units`` of `match.quantity_conflict`'s unit, -1 for none."""
+    def quantity_conflict(
+        self, a: np.ndarray, b: np.ndarray, lifted: frozenset[str] = frozenset()
+    ) -> np.ndarray:
+        """(m,) int64 index into ``units`` of `match.quantity_conflict`'s unit, -1 for none;
+        units whose ``<unit>_conflict`` is ``lifted`` never conflict."""
         out = np.full(len(a), -1, dtype=np.int64)
-        if not self.units:
+        counted = np.array([f"{unit}_conflict" not in lifted for unit in self.units], dtype=bool)
+        if not counted.any():
             return out
         for start in range(0, len(a), _PAIR_CHUNK):
             ca, cb = a[start : start + _PAIR_CHUNK], b[start : start + _PAIR_CHUNK]
@@ -151,17 +156,24 @@ class _AttributeColumns:
             common = self.quantities[ca[rows]].multiply(self.quantities[cb[rows]]).tocoo()
             shared = np.zeros((len(rows), len(self.units)), dtype=bool)
             shared[common.row, self.item_unit[common.col]] = True
-            clash = both[rows] & ~shared
+            clash = both[rows] & ~shared & counted
             hit = clash.any(axis=1)
             out[start + rows[hit]] = clash[hit].argmax(axis=1)
         return out
 
-    def assess(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def assess(
+        self, a: np.ndarray, b: np.ndarray, lifted: frozenset[str] = frozenset()
+    ) -> tuple[np.ndarray, np.ndarray]:
         """`match.assess` per pair: (reason code per pair, shared model code). Reason codes
-        index `_REASONS`, 0 meaning none; quantity conflicts are ``len(_REASONS) + unit``."""
+        index `_REASONS`, 0 meaning none; quantity conflicts are ``len(_REASONS) + unit``.
+        A ``lifted`` reason never applies: the pair falls through to the next check."""
         shared_code, code_conflict = self.compare_codes(a, b)
-        unit = self.quantity_conflict(a, b)
-        generation = self.generations[a] != self.generations[b]
+        shared_code &= ~code_conflict
+        code_conflict &= "model_code_conflict" not in lifted
+        unit = self.quantity_conflict(a, b, lifted)
+        generation = (self.generations[a] != self.generations[b]) & (
+            "generation_conflict" not in lifted
+        )
         models = (
             (np.diff(self.models.indptr)[a] > 0)
             & (np.diff(self.models.indptr)[b] > 0)
@@ -173,6 +185,9 @@ class _AttributeColumns:
             & (_overlap(self.numbers, a, b) == 0)
         )
         variants = self.variants[a] != self.variants[b]
+        models &= "model_token_conflict" not in lifted
+        variants &= "variant_conflict" not in lifted
+        numbers &= "number_conflict" not in lifted
         strong = np.where(unit >= 0, len(_REASONS) + unit, np.where(generation, _R_GENERATION, 0))
         weak = np.select(
             [models, variants, numbers],
@@ -184,7 +199,7 @@ class _AttributeColumns:
             _R_MODEL_CODE,
             np.where((strong > 0) | shared_code, strong, weak),
         )
-        return reason, shared_code & ~code_conflict
+        return reason, shared_code
 
     def reason_names(self) -> list[str | None]:
         return [*_REASONS, *(f"{unit}_conflict" for unit in self.units)]
@@ -205,20 +220,43 @@ _REASONS: tuple[str | None, ...] = (
 _R_LOW, _R_BRAND, _R_MODEL_CODE, _R_GENERATION, _R_MODEL_TOKEN, _R_VARIANT, _R_NUMBER = range(1, 8)
 
 
+def lifted_vetoes(cfg: ClusterConfig) -> frozenset[str]:
+    """``cfg.lifted_vetoes``, checked against the reasons verification can give.
+
+    Raises:
+        PairsieveError: ``bad_config`` naming the first unknown reason.
+    """
+    known = {r for r in _REASONS if r} | {f"{unit}_conflict" for unit in text.UNIT_CLASSES}
+    unknown = sorted(set(cfg.lifted_vetoes) - known)
+    if unknown:
+        raise PairsieveError(
+            "bad_config",
+            f"unknown veto reason {unknown[0]!r}; known: {', '.join(sorted(known))}",
+            knob="cluster.lifted_vetoes",
+        )
+    return frozenset(cfg.lifted_vetoes)
+
+
 def _vetoes(
-    columns: _AttributeColumns, nodes: pl.DataFrame, a: np.ndarray, b: np.ndarray
+    columns: _AttributeColumns,
+    nodes: pl.DataFrame,
+    a: np.ndarray,
+    b: np.ndarray,
+    lifted: frozenset[str] = frozenset(),
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per pair (a[i], b[i]): the veto reason code (0 for none) and whether the titles share a
-    model code. Low-information titles and different brands veto before the attributes do."""
+    model code. Low-information titles and different brands veto before the attributes do;
+    ``lifted`` reasons do not veto."""
     informative = nodes[INFORMATIVE].to_numpy()
     brand_ids = _intern(nodes[S.BRAND].to_list())
     has_brand = (nodes[S.BRAND].str.len_bytes() > 0).fill_null(False).to_numpy()
-    low = ~(informative[a] & informative[b])
+    low = ~(informative[a] & informative[b]) & ("low_information" not in lifted)
     brand = ~low & has_brand[a] & has_brand[b] & (brand_ids[a] != brand_ids[b])
+    brand &= "brand_conflict" not in lifted
     rest = np.flatnonzero(~low & ~brand)
     reason = np.where(low, _R_LOW, np.where(brand, _R_BRAND, 0))
     shared = np.zeros(len(a), dtype=bool)
-    reason[rest], shared[rest] = columns.assess(a[rest], b[rest])
+    reason[rest], shared[rest] = columns.assess(a[rest], b[rest], lifted)
     return reason, shared
 
 
@@ -254,7 +292,7 @@ def verify(
 
         cosine = pair_scores(vectors, a, vectors, b).clip(-1, 1)
         best = verifier.best_cosines(len(attrs), a, b, cosine)
-    context = _Shared(cfg, nodes, columns, best)
+    context = _Shared(cfg, nodes, columns, best, lifted_vetoes(cfg))
     parts, found = [], []
     with progress.step("verifying candidate pairs", len(candidates), "pairs") as counter:
         for lo in range(0, max(len(candidates), 1), _VERIFY_CHUNK):
@@ -278,6 +316,7 @@ class _Shared:
     nodes: pl.DataFrame
     columns: _AttributeColumns
     best: np.ndarray | None
+    lifted: frozenset[str]
 
 
 def _verify_chunk(
@@ -290,7 +329,7 @@ def _verify_chunk(
     a = candidates["a"].to_numpy().astype(np.int64)
     b = candidates["b"].to_numpy().astype(np.int64)
     jac = columns.jaccard(a, b)
-    reason, shared = _vetoes(columns, nodes, a, b)
+    reason, shared = _vetoes(columns, nodes, a, b, shared_by_chunks.lifted)
     vetoed = reason > 0
     names = columns.reason_names()
     reasons = pl.Series(S.VETO_REASON, names, dtype=pl.String).gather(reason)

@@ -102,14 +102,15 @@ def read_labels(path: str | Path) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=SCHEMA, orient="row")
 
 
+ANSWER_COLUMNS = ("pair_id", "label", "source", "listing_a", "listing_b")
+
+
 def answered(paths: list[str | Path]) -> pl.DataFrame:
-    """The answered labels of several files (``pair_id``, ``label``, ``source``); a pair
-    answered in two files keeps the later file's answer."""
+    """The answered labels of several files (`ANSWER_COLUMNS`); a pair answered in two files
+    keeps the later file's answer."""
     frames = [read_labels(p).filter(pl.col("label").is_not_null()) for p in paths]
     if not frames:
-        return pl.DataFrame(schema={k: SCHEMA[k] for k in ("pair_id", "label", "source")})
+        return pl.DataFrame(schema={k: SCHEMA[k] for k in ANSWER_COLUMNS})
     return (
-        pl.concat(frames)
-        .unique("pair_id", keep="last", maintain_order=True)
-        .select("pair_id", "label", "source")
+        pl.concat(frames).unique("pair_id", keep="last", maintain_order=True).select(ANSWER_COLUMNS)
     )

@@ -62,8 +62,12 @@ def embed_partition_task(path: str, cfg: PairsieveConfig) -> EmbedStats:
 
 
 @task(name="cluster", **_TASK_OPTIONS)
-def cluster_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> StageResult:
-    return steps.cluster_step(cfg, run_dir, Path(previous) if previous else None)
+def cluster_task(
+    cfg: PairsieveConfig, run_dir: Path, previous: str | None, labels: list[str]
+) -> StageResult:
+    return steps.cluster_step(
+        cfg, run_dir, Path(previous) if previous else None, tuple(Path(p) for p in labels)
+    )
 
 
 @task(name="mine", **_TASK_OPTIONS)
@@ -174,7 +178,8 @@ def build(
     a crashed run resumes from, and readers see the new build only once it is complete. With
     ``previous`` (the last published build folder) product ids carry over from it and its
     clustering and mining are reused where their inputs did not change. ``labels`` (label
-    files with answers) add estimates with intervals to the report.
+    files with answers) tune the clustering to this catalog and add estimates with intervals to
+    the report.
     """
     cfg = build_config(config or {})
     # The watchdog stops the process (exit 2, `memory_budget`) once it is over the budget.
@@ -190,7 +195,7 @@ def build(
         embed_partitions.with_options(task_runner=task_runner_for(cfg.runner))(partitions, cfg)
         steps.clear_embedding_partitions(run_dir)
         mem.stage = "cluster"
-        results.append(cluster_task(cfg, run_dir, previous))
+        results.append(cluster_task(cfg, run_dir, previous, list(labels or [])))
         mem.stage = "mine"
         results.append(mine_task(cfg, run_dir, previous))
         steps.require_rows(results[-1], run_dir)

@@ -136,26 +136,33 @@ def _previous_state(
     return (None, loaded) if isinstance(loaded, str) else (loaded, None)
 
 
-def cluster_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None) -> StageResult:
+def cluster_step(
+    cfg: PairsieveConfig,
+    run_dir: Path,
+    previous: Path | None = None,
+    labels: tuple[Path, ...] = (),
+) -> StageResult:
     """Cluster ingested listings into products under `run_dir/cluster/`.
 
     With ``previous`` (the folder of the last published build) product ids carry over from it
-    and its verified pairs between unchanged titles are reused (`cluster.reuse`).
+    and its verified pairs between unchanged titles are reused (`cluster.reuse`). Answered
+    ``labels`` files tune the clustering to this catalog (`cluster.labelled`).
     """
     from pairsieve.cluster import stage as cluster
-    from pairsieve.core.io import sha256_file
+    from pairsieve.core import io
 
     layout = RunLayout(run_dir)
     fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["cluster"]))
     if previous is not None:
         previous = Path(previous)
-        fingerprint += ":" + sha256_file(RunLayout(previous).products)
+        fingerprint += ":" + io.sha256_file(RunLayout(previous).products)
+    fingerprint += "".join(f":{io.content_digest(str(p))}" for p in labels)
 
     def body(tmp: Path) -> StageResult:
         reuse, why_not = _previous_state(PreviousClustering.load, cfg, "cluster", previous)
         result = cluster.run(
             cfg,
-            cluster.Inputs.of(layout),
+            replace(cluster.Inputs.of(layout), labels=tuple(labels)),
             tmp,
             encoder=_encoder(cfg),
             previous=reuse,

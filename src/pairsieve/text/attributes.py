@@ -100,6 +100,8 @@ _UNIT_CLASS = {
     "pcs": ("pack", 1.0),
     "pk": ("pack", 1.0),
 }
+# The unit classes a quantity conflict can name ("<class>_conflict").
+UNIT_CLASSES = tuple(sorted({unit for unit, _ in _UNIT_CLASS.values()}))
 _QUANTITY = re.compile(
     r"^(\d+(?:\.\d+)?)(" + "|".join(sorted(_UNIT_CLASS, key=len, reverse=True)) + r")$"
 )

@@ -201,6 +201,23 @@ def test_cluster_command_writes_products(tmp_path, session_cache_dir) -> None:
     assert missing.exit_code == 2
 
 
+def _judge_every_pair(titles: list[str], brands: list[str | None] | None = None, **knobs):
+    """(nodes, attributes, node pairs, verify's rows) for every pair of distinct titles, on the
+    MinHash path's rule verifier with config ``knobs``."""
+    from pairsieve.text import attributes as text
+
+    listings = {S.LISTING_ID: [f"x{i:02d}" for i in range(len(titles))], S.TITLE: titles}
+    if brands is not None:
+        listings[S.BRAND] = brands
+    nodes = cluster.node_table(cluster.prepare(pl.DataFrame(listings)))
+    attrs = [text.extract_attributes(t) for t in nodes[S.TITLE_NORM].to_list()]
+    n = len(nodes)
+    pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
+    candidates = pl.DataFrame({"a": pairs[:, 0], "b": pairs[:, 1], S.SIGNAL: "minhash"})
+    cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False, **knobs}).cluster
+    return nodes, attrs, pairs, cluster_verify.verify(cfg, candidates, nodes, attrs, None)
+
+
 def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
     """`cluster_verify.verify` evaluates `match.assess` / `match.jaccard` column-wise; every pair
     of a small real-title set (all conflict kinds, codes, brands) must match the per-pair
@@ -223,22 +240,8 @@ def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
         "intel core i7 8700k 3.7 ghz",
         "",
     ]
-    frame = cluster.prepare(
-        pl.DataFrame(
-            {
-                S.LISTING_ID: [f"x{i:02d}" for i in range(len(titles))],
-                S.TITLE: titles,
-                S.BRAND: [["acme", None, "zeta", None][i % 4] for i in range(len(titles))],
-            }
-        )
-    )
-    nodes = cluster.node_table(frame)
-    attrs = [text.extract_attributes(t) for t in nodes[S.TITLE_NORM].to_list()]
-    n = len(nodes)
-    pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
-    candidates = pl.DataFrame({"a": pairs[:, 0], "b": pairs[:, 1], S.SIGNAL: "minhash"})
-    cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False}).cluster
-    scored = cluster_verify.verify(cfg, candidates, nodes, attrs, None)
+    brands = [["acme", None, "zeta", None][i % 4] for i in range(len(titles))]
+    nodes, attrs, pairs, scored = _judge_every_pair(titles, brands)
     informative = nodes["_informative"].to_list()
     brands = nodes[S.BRAND].to_list()
     for (a, b), jac, reason in zip(
@@ -252,6 +255,47 @@ def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
         else:
             expected = match.assess(attrs[a], attrs[b])[0]
         assert reason == expected, (nodes[S.TITLE_NORM][a], nodes[S.TITLE_NORM][b])
+
+
+def test_lifted_vetoes_fall_through_to_the_next_check() -> None:
+    """A lifted reason stops vetoing, and a pair it vetoed is vetoed by its next conflict, if
+    any (a body-and-kit granularity keeps capacities apart)."""
+    titles = [
+        "canon powershot sx730 hs 20mp black",
+        "canon powershot sx730 hs 20.3mp black",
+        "sandisk extreme 64gb sdsqxa2-064g",
+        "sandisk extreme 128gb sdsqxa2-128g",
+        "washing machine",
+        "washing machine white",
+    ]
+    kinds = ("canon", "sandisk", "washing")
+
+    def reasons(lifted: list[str]) -> dict[str, str | None]:
+        nodes, _, pairs, scored = _judge_every_pair(titles, **{"cluster.lifted_vetoes": lifted})
+        norm = nodes[S.TITLE_NORM].to_list()
+        return {
+            kind: reason
+            for (a, b), reason in zip(pairs.tolist(), scored[S.VETO_REASON], strict=True)
+            for kind in kinds
+            if norm[a].startswith(kind) and norm[b].startswith(kind)
+        }
+
+    assert reasons([]) == {
+        "canon": "pixels_conflict",
+        "sandisk": "model_code_conflict",
+        "washing": "low_information",
+    }
+    assert reasons(["pixels_conflict"])["canon"] is None
+    assert reasons(["model_code_conflict"])["sandisk"] == "bytes_conflict"
+    assert reasons(["model_code_conflict", "bytes_conflict"])["sandisk"] is None
+    assert reasons(["low_information"])["washing"] is None
+
+
+def test_an_unknown_lifted_veto_is_a_clear_error() -> None:
+    with pytest.raises(PairsieveError) as found:
+        _judge_every_pair(["sony a7 iii", "sony a7 ii"], **{"cluster.lifted_vetoes": ["colour"]})
+    assert found.value.code == "bad_config" and "colour" in str(found.value)
+    assert found.value.knob == "cluster.lifted_vetoes"
 
 
 def _reference_agglomerate(

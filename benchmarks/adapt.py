@@ -1,0 +1,154 @@
+"""What a few hundred labels buy the product ids of the catalog they came from
+(`pairsieve.labels.adapt`): pairwise F1 before and after adapting to simulated labels.
+
+For each of the five benchmark catalogs, the default clustering is made (truth hidden), and
+``--draws`` times ``--n`` of its judged candidate pairs are drawn as `pairsieve label sample
+--run` draws them (strata of p_same, half to the merged side; seed = draw number) and labelled
+by the catalog's truth standing in for a person. `adapt.choose` picks a setting from those
+labels alone; the clustering with that setting is then scored against the truth. Two-shop
+catalogs are sampled and scored on cross-shop pairs only (their truth says nothing inside a
+shop). Nothing fitted sees the measured catalog's truth except through the drawn labels.
+
+    cd benchmarks && ../.venv/bin/python adapt.py --data-root ../../shared/data \
+        [--n 300] [--draws 10] [--catalogs pricerunner,alaska-cameras]
+
+Prints a markdown table for benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from fit_verifier import Run  # noqa: E402 - the sibling benchmark's clustering run
+
+from pairsieve import schemas as S
+from pairsieve.cluster import linkage, verifier
+from pairsieve.cluster.calibration import load_calibration
+from pairsieve.cluster.verify import resolved_link_threshold
+from pairsieve.config import PairsieveConfig
+from pairsieve.datasets.benchmarks import BENCHMARKS
+from pairsieve.labels import adapt, sample
+
+
+class Catalog:
+    """One catalog's clusterings, one per set of lifted vetoes (candidates are the same in all),
+    and the pairs a simulated labeller can answer."""
+
+    def __init__(self, name: str, data_root: Path) -> None:
+        bench = BENCHMARKS[name]
+        self.catalog = bench.load(data_root)
+        self.source = S.SELLER_ID if bench.cross_source else None
+        self.runs: dict[tuple[str, ...], Run] = {}
+        self.merged: dict[adapt.Setting, np.ndarray] = {}
+        self.model = verifier.load_model()
+        base = self.run(())
+        self.score = self.model.probability(base.features)
+        self.answerable = np.flatnonzero(base.labelled)
+
+    def run(self, lifted: tuple[str, ...]) -> Run:
+        if lifted not in self.runs:
+            cfg = PairsieveConfig().with_(**{"cluster.lifted_vetoes": list(lifted)})
+            self.runs[lifted] = Run(cfg, self.catalog, self.source)
+        return self.runs[lifted]
+
+    def labels(self, setting: adapt.Setting) -> np.ndarray:
+        """Cluster label per node under ``setting``."""
+        run = self.run(setting.lifted_vetoes)
+        vetoed = run.vetoed
+        scored = run.scored.with_columns(
+            pl.Series("score", self.score),
+            pl.Series(S.ACCEPTED, ~vetoed & (self.score >= setting.accept_probability)),
+        )
+        counts = run.result.nodes["count"].to_numpy()
+        return linkage.agglomerate(
+            counts, scored, setting.link_threshold, setting.unjudged_weight
+        )
+
+    def merged_by(self, setting: adapt.Setting) -> np.ndarray:
+        """Which answerable pairs ``setting`` puts in one product (cached per setting)."""
+        if setting not in self.merged:
+            labels = self.labels(setting)
+            base = self.runs[()]
+            self.merged[setting] = (labels[base.a] == labels[base.b])[self.answerable]
+        return self.merged[setting]
+
+    def f1(self, setting: adapt.Setting) -> float:
+        base = self.runs[()]
+        listing = self.labels(setting)[base.result.frame["_node"].to_numpy()]
+        return base._score(listing, None).pairwise_f1
+
+
+def population(cat: Catalog) -> adapt.Population:
+    base = cat.runs[()]
+    keep = cat.answerable
+    p_same = load_calibration().p_same(cat.score, base.vetoed)
+    reason = base.scored[S.VETO_REASON].fill_null("").to_numpy().astype(str)
+    return adapt.Population(p_same[keep], cat.score[keep], reason[keep])
+
+
+def draws(
+    cat: Catalog, n: int, count: int, default: adapt.Setting
+) -> list[tuple[float, adapt.Adaptation]]:
+    """(listing pairwise F1, adaptation) of ``count`` draws of ``n`` simulated labels."""
+    pop = population(cat)
+    base = cat.runs[()]
+    truth = base.label[cat.answerable].astype(np.float64)
+    frame = pl.DataFrame(
+        {
+            "pair_id": np.arange(len(pop.p_same)).astype(str),
+            "p_same": pop.p_same,
+            "linked": cat.merged_by(default).astype(np.int64),
+        }
+    )
+    out = []
+    for seed in range(count):
+        drawn = sample.draw(frame, n, seed, by="linked")
+        rows = drawn["pair_id"].cast(pl.Int64).to_numpy()
+        labelled = adapt.Labelled(rows, truth[rows], drawn["weight"].to_numpy())
+        found = adapt.choose(pop, labelled, cat.merged_by, default)
+        out.append((cat.f1(found.chosen), found))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--draws", type=int, default=10)
+    parser.add_argument("--catalogs", default=",".join(BENCHMARKS))
+    args = parser.parse_args()
+    c = PairsieveConfig().cluster
+    default = adapt.Setting(
+        c.accept_probability, resolved_link_threshold(c), c.unjudged_weight, c.lifted_vetoes
+    )
+    print(
+        "| catalog | default F1 | adapted F1, mean | gain: mean | min | max "
+        "| default kept | lifted most often |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    gains = []
+    for name in args.catalogs.split(","):
+        started = time.perf_counter()
+        cat = Catalog(name, args.data_root)
+        before = cat.f1(default)
+        found = draws(cat, args.n, args.draws, default)
+        gain = np.array([f1 - before for f1, _ in found])
+        gains.append(gain.mean())
+        kept = sum(a.chosen == default for _, a in found)
+        lifts = pl.Series([r for _, a in found for r in a.chosen.lifted_vetoes], dtype=pl.String)
+        common = ", ".join(f"{r} ({k})" for r, k in lifts.value_counts(sort=True).iter_rows())
+        print(
+            f"| {name} | {before:.3f} | {before + gain.mean():.3f} | **{gain.mean():+.3f}** "
+            f"| {gain.min():+.3f} | {gain.max():+.3f} | {kept} of {len(found)} | {common or '-'} "
+            f"| ({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
+    print(f"\nmean gain over the catalogs: {np.mean(gains):+.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""A clustering tuned to the user's labels (`pairsieve.labels.adapt`): which vetoes hold on this
+catalog, and the accept, link and unjudged knobs.
+
+The labels name candidate pairs by their listings (``listing_a``, ``listing_b``, as `pairsieve
+label sample --run` wrote them from a build of the same catalog). Each is matched to the node
+pair it joins; answers that match no judged pair of this clustering are counted, never dropped
+silently. The sample was stratified by ``p_same`` and by whether the build merged the pair, so the
+answers are weighted by the same strata over this clustering's pairs (as the report's estimates
+are). Judging a setting that lifts a veto needs the pairs verified again under it: that is one
+more pass of verification per distinct set of lifted vetoes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from pairsieve import schemas as S
+from pairsieve.cluster import linkage
+from pairsieve.cluster.calibration import load_calibration
+from pairsieve.cluster.candidates import NODE
+from pairsieve.cluster.verify import resolved_link_threshold
+from pairsieve.config import ClusterConfig
+from pairsieve.errors import PairsieveError
+from pairsieve.labels import adapt, sample
+from pairsieve.labels.store import answered
+
+
+@dataclass
+class Tuned:
+    """The clustering's judged pairs and knobs after adapting to labels."""
+
+    scored: pl.DataFrame
+    link_threshold: float
+    unjudged_weight: float
+    details: dict
+
+
+def _matched(answers: pl.DataFrame, frame: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
+    """(row in ``scored``, label) of the answers that name a judged node pair."""
+    node_of = frame.select(pl.col(S.LISTING_ID).cast(pl.String), pl.col(NODE).cast(pl.Int64))
+    ends = answers.filter(pl.col("source") == "candidate").select("label", S.LISTING_A, S.LISTING_B)
+    for end in (S.LISTING_A, S.LISTING_B):
+        ends = ends.join(node_of.rename({S.LISTING_ID: end, NODE: f"_{end}"}), on=end, how="inner")
+    pairs = ends.select(
+        pl.min_horizontal(f"_{S.LISTING_A}", f"_{S.LISTING_B}").alias("a"),
+        pl.max_horizontal(f"_{S.LISTING_A}", f"_{S.LISTING_B}").alias("b"),
+        pl.col("label").cast(pl.Float64),
+    )
+    rows = scored.select(pl.col("a").cast(pl.Int64), pl.col("b").cast(pl.Int64)).with_row_index()
+    return rows.join(pairs, on=["a", "b"], how="inner").unique("index", keep="last").sort("index")
+
+
+def _weighted(rows: np.ndarray, label: np.ndarray, p: np.ndarray, merged: np.ndarray):
+    """`adapt.Labelled` weighted by the sample's strata (p_same, merged) over the population."""
+    which = sample.strata(p, merged.astype(np.int64))
+    sizes = np.bincount(which, minlength=2 * (len(sample.EDGES) - 1))
+    taken = np.bincount(which[rows], minlength=len(sizes))
+    return adapt.Labelled(rows, label, sizes[which[rows]] / taken[which[rows]])
+
+
+class _Clusterings:
+    """The clustering of one catalog's judged pairs under any setting; the pairs are verified
+    once per set of lifted vetoes."""
+
+    def __init__(
+        self,
+        counts: np.ndarray,
+        scored: pl.DataFrame,
+        lifted: tuple[str, ...],
+        verify_with: Callable[[tuple[str, ...]], pl.DataFrame],
+    ) -> None:
+        self.counts = counts
+        self.verified = {lifted: scored}
+        self.verify_with = verify_with
+        self.a, self.b = scored["a"].to_numpy(), scored["b"].to_numpy()
+
+    def judged(self, setting: adapt.Setting) -> pl.DataFrame:
+        """The pairs as ``setting`` judges them: its vetoes, and accepted from its threshold."""
+        if setting.lifted_vetoes not in self.verified:
+            self.verified[setting.lifted_vetoes] = self.verify_with(setting.lifted_vetoes)
+        rows = self.verified[setting.lifted_vetoes]
+        ok = rows[S.VETO_REASON].is_null() & (pl.col("score") >= setting.accept_probability)
+        return rows.with_columns(ok.alias(S.ACCEPTED))
+
+    def merged(self, setting: adapt.Setting) -> np.ndarray:
+        """(pairs,) bool: the pair ends in one product under ``setting``."""
+        labels = linkage.agglomerate(
+            self.counts, self.judged(setting), setting.link_threshold, setting.unjudged_weight
+        )
+        return labels[self.a] == labels[self.b]
+
+
+def tune(
+    cfg: ClusterConfig,
+    files: tuple[Path, ...],
+    frame: pl.DataFrame,
+    counts: np.ndarray,
+    scored: pl.DataFrame,
+    verify_with: Callable[[tuple[str, ...]], pl.DataFrame],
+) -> Tuned:
+    """The setting the answered labels in ``files`` choose, and the pairs judged under it;
+    ``verify_with(lifted)`` verifies the candidates again with those vetoes lifted.
+
+    Raises:
+        PairsieveError: ``bad_config`` unless the learned pair model judges (labels tune its
+            thresholds and calibrated p_same).
+    """
+    if not (cfg.verifier == "learned" and cfg.use_embeddings):
+        raise PairsieveError(
+            "bad_config",
+            "labels tune the learned pair model's clustering; this config uses the rule verifier",
+            knob="cluster.verifier",
+        )
+    default = adapt.Setting(
+        cfg.accept_probability,
+        resolved_link_threshold(cfg),
+        cfg.unjudged_weight,
+        tuple(sorted(cfg.lifted_vetoes)),
+    )
+    clusterings = _Clusterings(counts, scored, default.lifted_vetoes, verify_with)
+    score = scored["score"].to_numpy()
+    vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
+    population = adapt.Population(
+        load_calibration().p_same(score, vetoed),
+        score,
+        scored[S.VETO_REASON].fill_null("").to_numpy().astype(str),
+    )
+    answers = answered(list(files))
+    hit = _matched(answers, frame, scored)
+    rows = hit["index"].to_numpy().astype(np.int64)
+    counted = {
+        "labels_used": len(rows),
+        "labels_not_in_this_clustering": answers.height - len(rows),
+    }
+    if not len(rows):  # nothing to learn from: the model alone would move the knobs
+        return Tuned(scored, default.link_threshold, default.unjudged_weight, counted)
+    labelled = _weighted(
+        rows, hit["label"].to_numpy(), population.p_same, clusterings.merged(default)
+    )
+    found = adapt.choose(population, labelled, clusterings.merged, default)
+    details = {**counted, **found.as_json()}
+    chosen = found.chosen
+    return Tuned(clusterings.judged(chosen), chosen.link_threshold, chosen.unjudged_weight, details)

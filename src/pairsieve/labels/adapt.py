@@ -1,0 +1,150 @@
+"""Labels tune the clustering of the catalog they came from: which vetoes hold, and the
+thresholds of the pair model and the linkage.
+
+Catalogs disagree on what one product is (one counts a camera body and its kits as one product,
+another sells each as its own SKU), and no default fitted on other catalogs can know which
+granularity this one has. A few hundred labelled candidate pairs can: they estimate, for any
+setting of the clustering's knobs, the pairwise F1 over the judged candidate pairs, and the
+setting with the best estimate is chosen.
+
+The estimate is model-assisted, like the report's (`pairsieve.labels.estimate`): over all
+candidate pairs, ``p_same`` counts the true pairs, and the labelled residuals (label - p_same,
+times each label's weight, the inverse of its inclusion probability) correct it. So
+``TP(setting) = sum over merged pairs of p_same + sum over labelled merged pairs of w (y - p)``,
+``Y = sum of p_same + sum of w (y - p)`` over all pairs, and ``F1 = 2 TP / (merged + Y)``.
+
+Only settings that move few pairs are cheap to judge this way; a veto, though, can only be
+lifted where labels say so: a reason is proposed for lifting when the pairs it vetoes that the
+pair model would accept are, by the same estimator, at least half one product
+(`proposed_lifts`). The default setting is kept unless another one beats its estimate by
+``min_gain``: with a few hundred labels, small estimated gains are mostly noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+ACCEPT_PROBABILITIES = (0.2, 0.3, 0.4, 0.5)
+LINK_THRESHOLDS = (0.1, 0.2, 0.3, 0.4)
+UNJUDGED_WEIGHTS = (1.0, 0.5, 0.0)
+MIN_GAIN = 0.01  # estimated F1 a setting must gain over the default to replace it
+LIFT_PRECISION = 0.5  # share of one-product pairs among a reason's would-be merges to lift it
+MIN_LIFT_LABELS = 3  # labelled pairs of a reason's would-be merges needed to judge it
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The knobs labels tune (their `ClusterConfig` fields of the same names)."""
+
+    accept_probability: float
+    link_threshold: float
+    unjudged_weight: float
+    lifted_vetoes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Population:
+    """Every judged candidate pair of a clustering (numpy arrays of one length): its
+    ``p_same``, the pair model's ``score`` and its veto reason ("" for none)."""
+
+    p_same: np.ndarray
+    score: np.ndarray
+    veto_reason: np.ndarray
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """Labelled pairs: ``rows`` index the population, ``label`` is 0/1, ``weight`` the inverse
+    inclusion probability."""
+
+    rows: np.ndarray
+    label: np.ndarray
+    weight: np.ndarray
+
+    def residual_total(self, population: Population, within: np.ndarray) -> float:
+        """Model-assisted count of one-product pairs among the population's ``within`` (bool)."""
+        p = population.p_same
+        labelled = within[self.rows]
+        residuals = self.weight * (self.label - p[self.rows])
+        return float(p[within].sum() + residuals[labelled].sum())
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """The setting chosen, the default, and their estimated pairwise F1 over candidate pairs."""
+
+    chosen: Setting
+    default: Setting
+    chosen_f1: float
+    default_f1: float
+    proposed_lifts: tuple[str, ...]
+
+    def as_json(self) -> dict:
+        return {
+            "chosen": asdict(self.chosen),
+            "default": asdict(self.default),
+            "estimated_f1": round(self.chosen_f1, 4),
+            "default_estimated_f1": round(self.default_f1, 4),
+            "proposed_lifts": list(self.proposed_lifts),
+        }
+
+
+def proposed_lifts(population: Population, labelled: Labelled, accept: float) -> tuple[str, ...]:
+    """Veto reasons whose vetoed pairs scoring at least ``accept`` are estimated to be at least
+    `LIFT_PRECISION` one product, judged only where `MIN_LIFT_LABELS` of them are labelled."""
+    found = []
+    for reason in sorted(set(population.veto_reason.tolist()) - {""}):
+        would_merge = (population.veto_reason == reason) & (population.score >= accept)
+        if would_merge[labelled.rows].sum() < MIN_LIFT_LABELS:
+            continue
+        share = labelled.residual_total(population, would_merge) / would_merge.sum()
+        if share >= LIFT_PRECISION:
+            found.append(reason)
+    return tuple(found)
+
+
+def estimated_f1(population: Population, labelled: Labelled, merged: np.ndarray) -> float:
+    """Model-assisted pairwise F1 over the candidate pairs of a clustering that merges
+    ``merged`` (bool per population pair)."""
+    everything = np.ones(len(merged), dtype=bool)
+    true_pairs = labelled.residual_total(population, everything)
+    true_merged = labelled.residual_total(population, merged)
+    denominator = int(merged.sum()) + true_pairs
+    return 2 * true_merged / denominator if denominator > 0 else 0.0
+
+
+def choose(
+    population: Population,
+    labelled: Labelled,
+    merged_by: Callable[[Setting], np.ndarray],
+    default: Setting,
+    min_gain: float = MIN_GAIN,
+) -> Adaptation:
+    """The setting with the best estimated F1 among the grid of thresholds and unjudged weights,
+    with the default's lifted vetoes or those plus the labels' `proposed_lifts`; ``merged_by``
+    clusters with a setting and says which population pairs end up in one product."""
+    lifts = proposed_lifts(population, labelled, default.accept_probability)
+    lift_sets = {default.lifted_vetoes, tuple(sorted({*default.lifted_vetoes, *lifts}))}
+    default_f1 = estimated_f1(population, labelled, merged_by(default))
+    best, best_f1 = default, default_f1
+    grid = itertools.product(
+        sorted(lift_sets), ACCEPT_PROBABILITIES, LINK_THRESHOLDS, UNJUDGED_WEIGHTS
+    )
+    for lifted, accept, link, unjudged in grid:
+        setting = replace(
+            default,
+            accept_probability=accept,
+            link_threshold=link,
+            unjudged_weight=unjudged,
+            lifted_vetoes=lifted,
+        )
+        f1 = estimated_f1(population, labelled, merged_by(setting))
+        if f1 > best_f1:
+            best, best_f1 = setting, f1
+    if best_f1 < default_f1 + min_gain:
+        best, best_f1 = default, default_f1
+    return Adaptation(best, default, best_f1, default_f1, lifts)

@@ -1,0 +1,101 @@
+"""The clustering tuned to labels, with the real encoder on real camera titles: a catalog that
+counts "20mp" and "20.3mp" as one camera says so through its labels, and the veto gives way."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from pairsieve import schemas as S
+from pairsieve.cluster import stage as cluster
+from pairsieve.config import PairsieveConfig
+from pairsieve.errors import PairsieveError
+from pairsieve.labels.pairs import pair_id
+from pairsieve.labels.store import write_labels
+
+# Each camera is listed twice, once with its megapixels rounded, as marketplaces list it.
+CAMERAS = [
+    ("canon powershot sx730 hs {} black", "20mp", "20.3mp"),
+    ("nikon coolpix a900 {} 35x zoom silver", "20mp", "20.3mp"),
+    ("sony cyber-shot dsc-wx350 {} 20x zoom white", "18mp", "18.2mp"),
+    ("panasonic lumix dmc-tz70 {} 30x zoom black", "12mp", "12.1mp"),
+    ("canon eos 80d {} dslr body only", "24mp", "24.2mp"),
+    ("fujifilm x-t20 {} mirrorless body silver", "24mp", "24.3mp"),
+]
+
+
+def _catalog() -> pl.DataFrame:
+    ids, titles = [], []
+    for i, (pattern, *pixels) in enumerate(CAMERAS):
+        for j, mp in enumerate(pixels):
+            ids.append(f"c{i}{j}")
+            titles.append(pattern.format(mp))
+    return pl.DataFrame({S.LISTING_ID: ids, S.TITLE: titles})
+
+
+def _labels(path, pairs: list[tuple[str, str, bool]]):
+    rows = pl.DataFrame(
+        {
+            "pair_id": [pair_id("candidate", a, b) for a, b, _ in pairs],
+            "listing_a": [a for a, _, _ in pairs],
+            "listing_b": [b for _, b, _ in pairs],
+            "text_a": [None] * len(pairs),
+            "text_b": [None] * len(pairs),
+            "p_same": [None] * len(pairs),
+            "stratum": [None] * len(pairs),
+            "weight": [None] * len(pairs),
+            "source": ["candidate"] * len(pairs),
+            "label": [label for _, _, label in pairs],
+        },
+        schema_overrides={"p_same": pl.Float64, "stratum": pl.Int64, "weight": pl.Float64},
+    )
+    return write_labels(rows, path)
+
+
+def _same(products: pl.DataFrame, a: str, b: str) -> bool:
+    of = dict(zip(products[S.LISTING_ID], products[S.PRODUCT_ID], strict=True))
+    return of[a] == of[b]
+
+
+def test_labels_that_call_rounded_megapixels_one_camera_lift_that_veto(
+    encoder, tmp_path, session_cache_dir
+) -> None:
+    cfg = PairsieveConfig().with_(cache_dir=str(session_cache_dir))
+    plain = cluster.run(cfg, cluster.Inputs(_catalog()), tmp_path / "plain", encoder=encoder)
+    assert plain.details["vetoes"].get("pixels_conflict", 0) >= len(CAMERAS)
+    products = pl.read_parquet(tmp_path / "plain" / S.PRODUCTS_FILE)
+    assert not any(_same(products, f"c{i}0", f"c{i}1") for i in range(len(CAMERAS)))
+
+    same = [(f"c{i}0", f"c{i}1", True) for i in range(len(CAMERAS))]
+    files = (_labels(tmp_path / "labels.jsonl", [*same, ("c00", "c10", False)]),)
+    tuned = cluster.run(
+        cfg, cluster.Inputs(_catalog(), labels=files), tmp_path / "tuned", encoder=encoder
+    )
+    found = tuned.details["labels"]
+    assert found["labels_used"] >= len(same)  # the other pair may be no candidate at all
+    assert found["labels_used"] + found["labels_not_in_this_clustering"] == len(same) + 1
+    assert "pixels_conflict" in found["proposed_lifts"]
+    assert "pixels_conflict" in found["chosen"]["lifted_vetoes"]
+    assert found["estimated_f1"] > found["default_estimated_f1"]
+    products = pl.read_parquet(tmp_path / "tuned" / S.PRODUCTS_FILE)
+    assert all(_same(products, f"c{i}0", f"c{i}1") for i in range(len(CAMERAS)))
+    assert not _same(products, "c00", "c10")  # two cameras stay two
+    pairs = pl.read_parquet(tmp_path / "tuned" / S.PAIRS_FILE)
+    assert pairs.filter(pl.col(S.VETO_REASON) == "pixels_conflict").height == 0
+
+
+def test_labels_on_pairs_this_clustering_never_judged_are_counted_not_used(
+    encoder, tmp_path, session_cache_dir
+) -> None:
+    cfg = PairsieveConfig().with_(cache_dir=str(session_cache_dir))
+    files = (_labels(tmp_path / "labels.jsonl", [("c00", "gone", True), ("x", "y", False)]),)
+    result = cluster.run(cfg, cluster.Inputs(_catalog(), labels=files), tmp_path, encoder=encoder)
+    assert result.details["labels"] == {"labels_used": 0, "labels_not_in_this_clustering": 2}
+
+
+def test_labels_need_the_learned_pair_model(tmp_path) -> None:
+    cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False})
+    files = (_labels(tmp_path / "labels.jsonl", [("c00", "c01", True)]),)
+    with pytest.raises(PairsieveError) as found:
+        cluster.run(cfg, cluster.Inputs(_catalog(), labels=files), tmp_path / "out")
+    assert found.value.code == "bad_config" and found.value.knob == "cluster.verifier"

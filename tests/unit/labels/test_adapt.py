@@ -1,0 +1,95 @@
+"""Adapting the clustering's knobs to labels: the F1 estimate, which vetoes labels lift, and
+when the default stays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pairsieve.labels import adapt
+
+DEFAULT = adapt.Setting(0.3, 0.3, 1.0)
+
+
+def _population(seed: int = 0, n: int = 2_000) -> tuple[adapt.Population, np.ndarray]:
+    """Pairs with a score, a veto reason and a p_same, and their truth: pixel-conflict pairs
+    that score high are mostly one product (a catalog that counts "20mp" and "20.3mp" as one),
+    model-code conflicts are not."""
+    rng = np.random.default_rng(seed)
+    score = rng.random(n)
+    reason = rng.choice(["", "", "", "pixels_conflict", "model_code_conflict"], n)
+    truth = rng.random(n) < np.where(reason == "model_code_conflict", 0.02, score**2)
+    truth |= (reason == "pixels_conflict") & (score >= 0.3) & (rng.random(n) < 0.9)
+    p_same = np.clip(np.where(reason == "", score**2, 0.1 * score), 0.01, 0.99)
+    return adapt.Population(p_same, score, reason), truth
+
+
+def _merged_by(population: adapt.Population):
+    """A clustering without linkage: a pair merges when its score reaches the accept threshold
+    and no unlifted veto blocks it (enough to tell settings apart)."""
+
+    def merged(setting: adapt.Setting) -> np.ndarray:
+        blocked = (population.veto_reason != "") & ~np.isin(
+            population.veto_reason, list(setting.lifted_vetoes)
+        )
+        return (population.score >= setting.accept_probability) & ~blocked
+
+    return merged
+
+
+def _everything(truth: np.ndarray) -> adapt.Labelled:
+    rows = np.arange(len(truth))
+    return adapt.Labelled(rows, truth.astype(np.float64), np.ones(len(truth)))
+
+
+def test_with_every_pair_labelled_the_estimate_is_the_exact_pairwise_f1() -> None:
+    population, truth = _population()
+    merged = _merged_by(population)(DEFAULT)
+    true_merged = int((merged & truth).sum())
+    precision, recall = true_merged / merged.sum(), true_merged / truth.sum()
+    exact = 2 * precision * recall / (precision + recall)
+    found = adapt.estimated_f1(population, _everything(truth), merged)
+    assert found == pytest.approx(exact, abs=1e-12)
+
+
+def test_labels_lift_the_veto_they_contradict_and_keep_the_one_they_confirm() -> None:
+    population, truth = _population()
+    assert adapt.proposed_lifts(population, _everything(truth), 0.3) == ("pixels_conflict",)
+
+
+def test_a_reason_with_too_few_labels_is_not_judged() -> None:
+    population, truth = _population()
+    pixels = np.flatnonzero((population.veto_reason == "pixels_conflict") & (population.score > 0.3))
+    few = adapt.Labelled(pixels[:2], truth[pixels[:2]].astype(float), np.ones(2))
+    assert adapt.proposed_lifts(population, few, 0.3) == ()
+
+
+def test_choose_lifts_the_contradicted_veto_and_beats_the_default_estimate() -> None:
+    population, truth = _population()
+    found = adapt.choose(population, _everything(truth), _merged_by(population), DEFAULT)
+    assert found.chosen.lifted_vetoes == ("pixels_conflict",)
+    assert found.chosen_f1 >= found.default_f1 + adapt.MIN_GAIN
+    assert found.as_json()["chosen"]["lifted_vetoes"] == ("pixels_conflict",)
+
+
+def test_the_default_stays_when_no_setting_gains_enough() -> None:
+    population, truth = _population()
+    found = adapt.choose(
+        population, _everything(truth), _merged_by(population), DEFAULT, min_gain=1.0
+    )
+    assert found.chosen == DEFAULT and found.chosen_f1 == found.default_f1
+
+
+def test_a_sample_estimates_what_every_label_would() -> None:
+    """Labels drawn at random with inverse-probability weights estimate the full-label F1
+    without bias (mean over many draws)."""
+    population, truth = _population(n=4_000)
+    merged = _merged_by(population)(DEFAULT)
+    exact = adapt.estimated_f1(population, _everything(truth), merged)
+    rng = np.random.default_rng(1)
+    found = []
+    for _ in range(300):
+        rows = rng.choice(len(truth), 300, replace=False)
+        weights = np.full(300, len(truth) / 300)
+        found.append(adapt.estimated_f1(population, adapt.Labelled(rows, truth[rows], weights), merged))
+    assert np.mean(found) == pytest.approx(exact, abs=0.01)
