@@ -3,7 +3,7 @@
 
 For each of the five benchmark catalogs, the default clustering is made (truth hidden), and
 ``--draws`` times ``--n`` of its judged candidate pairs are drawn as `pairsieve label sample
---run` draws them (strata of p_same, half to the merged side; seed = draw number) and labelled
+--run` draws them (strata of p_same within `sample.build_groups`; seed = draw number) and labelled
 by the catalog's truth standing in for a person. `adapt.choose` picks a setting from those
 labels alone; the clustering with that setting is then scored against the truth. Two-shop
 catalogs are sampled and scored on cross-shop pairs only (their truth says nothing inside a
@@ -64,9 +64,7 @@ class Catalog:
             pl.Series(S.ACCEPTED, ~vetoed & (self.score >= setting.accept_probability)),
         )
         counts = run.result.nodes["count"].to_numpy()
-        return linkage.agglomerate(
-            counts, scored, setting.link_threshold, setting.unjudged_weight
-        )
+        return linkage.agglomerate(counts, scored, setting.link_threshold, setting.unjudged_weight)
 
     def merged_by(self, setting: adapt.Setting) -> np.ndarray:
         """Which answerable pairs ``setting`` puts in one product (cached per setting)."""
@@ -97,16 +95,16 @@ def draws(
     pop = population(cat)
     base = cat.runs[()]
     truth = base.label[cat.answerable].astype(np.float64)
+    vetoed = pop.veto_reason != ""
+    groups = sample.build_groups(
+        cat.merged_by(default), vetoed, pop.score, default.accept_probability
+    )
     frame = pl.DataFrame(
-        {
-            "pair_id": np.arange(len(pop.p_same)).astype(str),
-            "p_same": pop.p_same,
-            "linked": cat.merged_by(default).astype(np.int64),
-        }
+        {"pair_id": np.arange(len(pop.p_same)).astype(str), "p_same": pop.p_same, "group": groups}
     )
     out = []
     for seed in range(count):
-        drawn = sample.draw(frame, n, seed, by="linked")
+        drawn = sample.draw(frame, n, seed, by="group", shares=sample.BUILD_SHARES)
         rows = drawn["pair_id"].cast(pl.Int64).to_numpy()
         labelled = adapt.Labelled(rows, truth[rows], drawn["weight"].to_numpy())
         found = adapt.choose(pop, labelled, cat.merged_by, default)

@@ -34,7 +34,7 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.core.layout import RunLayout
 from pairsieve.datasets.benchmarks import benchmark
 from pairsieve.labels import estimate, sample
-from pairsieve.labels.pairs import LINKED, ROWS, audit_pairs, candidate_pairs
+from pairsieve.labels.pairs import GROUP, LINKED, ROWS, audit_pairs, candidate_pairs
 from pairsieve.report.labelled import estimates
 
 WITHIN_SHOP_TRUTH = ("pricerunner", "altosight", "alaska-cameras")
@@ -102,7 +102,8 @@ def repeated_build(pairs: pl.DataFrame, n: int, draws: int) -> dict:
     linked, y = pairs[LINKED].to_numpy(), pairs["label"].to_numpy()
     found: dict[str, list] = {"precision": [], "recall": []}
     for seed in range(draws):
-        answers = sample.draw(pairs, n, seed, by=LINKED).select("pair_id", "label")
+        drawn = sample.draw(pairs, n, seed, by=GROUP, shares=sample.BUILD_SHARES)
+        answers = drawn.select("pair_id", "label")
         precision, recall, _ = estimates(pairs.drop("label"), answers)
         found["precision"].append(precision)
         found["recall"].append(recall)

@@ -329,8 +329,10 @@ def eval_command(  # noqa: PLR0913 - one parameter per CLI option
     data_root: DataRootOpt = None,
     config: ConfigOpt = None,
     overrides: SetOpt = None,
+    labels: LabelsOpt = None,
 ) -> None:
-    """Pairwise and B-cubed P/R/F1 of pairsieve and the baselines against a truth column."""
+    """Pairwise and B-cubed P/R/F1 of pairsieve and the baselines against a truth column (with
+    --labels, pairsieve's clustering tuned to the answers)."""
     from rich.table import Table
 
     from pairsieve.cluster import evaluate
@@ -341,7 +343,9 @@ def eval_command(  # noqa: PLR0913 - one parameter per CLI option
     frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
     if dataset is not None and source_column is None and benchmark(dataset).cross_source:
         source_column = SELLER_ID
-    scores = evaluate.compare(cfg, frame, truth_column, source_column=source_column)
+    scores = evaluate.compare(
+        cfg, frame, truth_column, source_column=source_column, labels=tuple(labels or ())
+    )
     pairs = f", cross-{source_column} pairs" if source_column else ""
     table = Table(title=f"clustering vs {truth_column} ({len(frame)} listings{pairs})")
     fields = {

@@ -130,9 +130,11 @@ def compare(
     truth_column: str,
     encoder: Encoder | None = None,
     source_column: str | None = None,
+    labels: tuple[Path, ...] = (),
 ) -> dict[str, Scores]:
     """Scores of pairsieve and of the baselines on one catalog, all from the same candidates;
-    with ``source_column`` (the shop of each listing) pairwise figures count cross-shop pairs.
+    with ``source_column`` (the shop of each listing) pairwise figures count cross-shop pairs,
+    and with ``labels`` pairsieve's clustering is tuned to their answers (`cluster.labelled`).
 
     Baselines: exact normalised title; connected components over MinHash LSH
     candidates; connected components over embedding kNN candidates. The clusterer never sees
@@ -150,7 +152,7 @@ def compare(
             )
     ids = catalog[S.LISTING_ID].cast(pl.String).to_list()
     truth_by_id = dict(zip(ids, catalog[truth_column].cast(pl.String).to_list(), strict=True))
-    result = cluster_listings(cfg, catalog.drop(truth_column), encoder)
+    result = cluster_listings(cfg, catalog.drop(truth_column), encoder, label_files=labels)
     order = result.frame[S.LISTING_ID].to_list()
     truth = [truth_by_id[x] for x in order]
     source = None

@@ -35,6 +35,7 @@ class Tuned:
     """The clustering's judged pairs and knobs after adapting to labels."""
 
     scored: pl.DataFrame
+    accept_probability: float
     link_threshold: float
     unjudged_weight: float
     details: dict
@@ -55,10 +56,11 @@ def _matched(answers: pl.DataFrame, frame: pl.DataFrame, scored: pl.DataFrame) -
     return rows.join(pairs, on=["a", "b"], how="inner").unique("index", keep="last").sort("index")
 
 
-def _weighted(rows: np.ndarray, label: np.ndarray, p: np.ndarray, merged: np.ndarray):
-    """`adapt.Labelled` weighted by the sample's strata (p_same, merged) over the population."""
-    which = sample.strata(p, merged.astype(np.int64))
-    sizes = np.bincount(which, minlength=2 * (len(sample.EDGES) - 1))
+def _weighted(rows: np.ndarray, label: np.ndarray, p: np.ndarray, groups: np.ndarray):
+    """`adapt.Labelled` weighted by the sample's strata (p_same within `sample.build_groups`)
+    over the population."""
+    which = sample.strata(p, groups)
+    sizes = np.bincount(which)
     taken = np.bincount(which[rows], minlength=len(sizes))
     return adapt.Labelled(rows, label, sizes[which[rows]] / taken[which[rows]])
 
@@ -95,6 +97,37 @@ class _Clusterings:
         return labels[self.a] == labels[self.b]
 
 
+def _default(cfg: ClusterConfig) -> adapt.Setting:
+    """The setting the config asks for.
+
+    Raises:
+        PairsieveError: ``bad_config`` unless the learned pair model judges (labels tune its
+            thresholds and calibrated p_same).
+    """
+    if not (cfg.verifier == "learned" and cfg.use_embeddings):
+        raise PairsieveError(
+            "bad_config",
+            "labels tune the learned pair model's clustering; this config uses the rule verifier",
+            knob="cluster.verifier",
+        )
+    return adapt.Setting(
+        cfg.accept_probability,
+        resolved_link_threshold(cfg),
+        cfg.unjudged_weight,
+        tuple(sorted(cfg.lifted_vetoes)),
+    )
+
+
+def _tuned(scored: pl.DataFrame, setting: adapt.Setting, details: dict) -> Tuned:
+    return Tuned(
+        scored,
+        setting.accept_probability,
+        setting.link_threshold,
+        setting.unjudged_weight,
+        details,
+    )
+
+
 def tune(
     cfg: ClusterConfig,
     files: tuple[Path, ...],
@@ -107,21 +140,9 @@ def tune(
     ``verify_with(lifted)`` verifies the candidates again with those vetoes lifted.
 
     Raises:
-        PairsieveError: ``bad_config`` unless the learned pair model judges (labels tune its
-            thresholds and calibrated p_same).
+        PairsieveError: ``bad_config`` unless the learned pair model judges.
     """
-    if not (cfg.verifier == "learned" and cfg.use_embeddings):
-        raise PairsieveError(
-            "bad_config",
-            "labels tune the learned pair model's clustering; this config uses the rule verifier",
-            knob="cluster.verifier",
-        )
-    default = adapt.Setting(
-        cfg.accept_probability,
-        resolved_link_threshold(cfg),
-        cfg.unjudged_weight,
-        tuple(sorted(cfg.lifted_vetoes)),
-    )
+    default = _default(cfg)
     clusterings = _Clusterings(counts, scored, default.lifted_vetoes, verify_with)
     score = scored["score"].to_numpy()
     vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
@@ -138,11 +159,10 @@ def tune(
         "labels_not_in_this_clustering": answers.height - len(rows),
     }
     if not len(rows):  # nothing to learn from: the model alone would move the knobs
-        return Tuned(scored, default.link_threshold, default.unjudged_weight, counted)
-    labelled = _weighted(
-        rows, hit["label"].to_numpy(), population.p_same, clusterings.merged(default)
+        return _tuned(scored, default, counted)
+    groups = sample.build_groups(
+        clusterings.merged(default), vetoed, score, default.accept_probability
     )
+    labelled = _weighted(rows, hit["label"].to_numpy(), population.p_same, groups)
     found = adapt.choose(population, labelled, clusterings.merged, default)
-    details = {**counted, **found.as_json()}
-    chosen = found.chosen
-    return Tuned(clusterings.judged(chosen), chosen.link_threshold, chosen.unjudged_weight, details)
+    return _tuned(clusterings.judged(found.chosen), found.chosen, {**counted, **found.as_json()})

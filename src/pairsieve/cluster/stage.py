@@ -291,11 +291,16 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     judged = _judge(cfg, listings, encoder, features, previous, requested, not label_files)
     scored, details, timings = judged.scored, judged.details, judged.timings
     counts = judged.nodes["count"].to_numpy()
-    link, unjudged = resolved_link_threshold(c), c.unjudged_weight
+    accept, link, unjudged = c.accept_probability, resolved_link_threshold(c), c.unjudged_weight
     if label_files:
         tuned = labelled.tune(c, label_files, judged.frame, counts, scored, judged.rejudge)
-        scored, link, unjudged = tuned.scored, tuned.link_threshold, tuned.unjudged_weight
-        details["labels"] = tuned.details
+        scored, details["labels"] = tuned.scored, tuned.details
+        accept, link, unjudged = (
+            tuned.accept_probability,
+            tuned.link_threshold,
+            tuned.unjudged_weight,
+        )
+    details["accept_probability"] = accept  # what a label sample of this build groups pairs by
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
     labels = linkage.agglomerate(counts, scored, link, unjudged)
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())

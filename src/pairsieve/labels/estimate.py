@@ -111,19 +111,22 @@ def labelled_ratio(
     labelled_p: np.ndarray,
     labelled_in: np.ndarray,
     answers: np.ndarray,
+    groups: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Estimate:
     """The share of a population's true pairs that fall in a subset (``*_in``): recall of the
     pairs pairsieve linked among all judged pairs. Numerator and denominator are each a
-    difference estimate (`labelled_share`'s, as totals) over strata split by the subset, as
-    `sample.draw` splits them; the interval is the ratio's, by linearisation: the labelled
-    residuals weighted by (in - ratio)."""
+    difference estimate (`labelled_share`'s, as totals) over strata split by ``groups``
+    (population's, labelled's: as `sample.draw` split them; default the subset itself); the
+    interval is the ratio's, by linearisation: the labelled residuals weighted by
+    (in - ratio)."""
     p = np.asarray(population_p, dtype=np.float64)
     inside = np.asarray(population_in, dtype=np.float64)
     lp = np.asarray(labelled_p, dtype=np.float64)
     lin = np.asarray(labelled_in, dtype=np.float64)
     residual = np.asarray(answers, dtype=np.float64) - lp
-    sizes = stratum_sizes(p, inside)
-    which = strata(lp, lin)
+    groups = (inside, lin) if groups is None else groups
+    sizes = stratum_sizes(p, groups[0])
+    which = strata(lp, groups[1])
     top, bottom = float((inside * p).sum()), float(p.sum())
     for h in np.flatnonzero(sizes):
         here = which == h

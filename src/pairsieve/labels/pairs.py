@@ -5,11 +5,13 @@ put the two in one product.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.config import ClusterConfig
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
@@ -17,6 +19,7 @@ from pairsieve.labels import sample
 from pairsieve.labels.store import write_labels
 
 LINKED = "linked"  # the two are in one product id
+GROUP = "group"  # a build's pair: what pairsieve did with it (`sample.build_groups`)
 ROWS = "rows"  # an audit pair: how many of the dataset's negatives it is
 
 
@@ -37,7 +40,7 @@ def pair_ids(source: str, first: str, second: str) -> pl.Expr:
 
 def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
     """Every judged candidate pair of a build folder: pair_id, listing ids, titles, p_same,
-    linked.
+    linked and group (`sample.build_groups`, with the accept probability the build used).
 
     Raises:
         PairsieveError: ``missing_file`` without a clustering, ``bad_input`` when it has no
@@ -54,12 +57,25 @@ def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
         )
     titles = pl.read_parquet(layout.listings, columns=[S.LISTING_ID, S.TITLE])
     product = pl.read_parquet(products_path, columns=[S.LISTING_ID, S.PRODUCT_ID])
-    out = pairs.select(S.LISTING_A, S.LISTING_B, pl.col(S.P_SAME).cast(pl.Float64))
+    out = pairs.select(
+        S.LISTING_A,
+        S.LISTING_B,
+        pl.col(S.P_SAME).cast(pl.Float64),
+        pl.col(S.VETO_REASON).is_not_null().alias("_vetoed"),
+        S.LINK_SCORE,
+    )
     for end, suffix in ((S.LISTING_A, "a"), (S.LISTING_B, "b")):
         out = out.join(
             titles.rename({S.LISTING_ID: end, S.TITLE: f"text_{suffix}"}), on=end, how="left"
         ).join(product.rename({S.LISTING_ID: end, S.PRODUCT_ID: f"_p{suffix}"}), on=end)
-    return out.select(
+    out = out.with_columns((pl.col("_pa") == pl.col("_pb")).alias(LINKED))
+    groups = sample.build_groups(
+        out[LINKED].to_numpy(),
+        out["_vetoed"].to_numpy(),
+        out[S.LINK_SCORE].to_numpy(),
+        _accept_probability(layout),
+    )
+    return out.with_columns(pl.Series(GROUP, groups)).select(
         pair_ids("candidate", S.LISTING_A, S.LISTING_B).alias("pair_id"),
         S.LISTING_A,
         S.LISTING_B,
@@ -67,8 +83,17 @@ def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
         "text_b",
         S.P_SAME,
         pl.lit("candidate").alias("source"),
-        (pl.col("_pa") == pl.col("_pb")).alias(LINKED),
+        LINKED,
+        GROUP,
     )
+
+
+def _accept_probability(layout: RunLayout) -> float:
+    """The pair model's accept probability the build's clustering used (recorded in its
+    stage.json; the default for a build that predates the record)."""
+    stage = layout.stage_dir("cluster") / S.STAGE_JSON
+    details = json.loads(stage.read_text()).get("details", {}) if stage.exists() else {}
+    return float(details.get("accept_probability", ClusterConfig().accept_probability))
 
 
 def audit_pairs(audit_dir: str | Path) -> pl.DataFrame:
@@ -97,14 +122,17 @@ def write_sample(run_dir: Path | None, audit_dir: Path | None, n: int, seed: int
     """
     if run_dir is None and audit_dir is None:
         raise PairsieveError("bad_argument", "give --run, --audit or both")
-    # A build's labels split by merged or not (its precision needs merged pairs); an audit's
-    # do not (its one figure, the false-negative rate, needs every label over all its pairs).
-    sources = [(candidate_pairs(run_dir), LINKED)] if run_dir is not None else []
+    # A build's labels split by what pairsieve did with the pair (its precision needs merged
+    # pairs, its vetoes the pairs they held apart); an audit's do not (its one figure, the
+    # false-negative rate, needs every label over all its pairs).
+    sources = [(candidate_pairs(run_dir), GROUP)] if run_dir is not None else []
     sources += [(audit_pairs(audit_dir), None)] if audit_dir is not None else []
     columns = ["pair_id", S.LISTING_A, S.LISTING_B, "text_a", "text_b", S.P_SAME, "source"]
     drawn = pl.concat(
         [
-            sample.draw(frame, n, seed, by=by).select(*columns, "stratum", "weight")
+            sample.draw(frame, n, seed, by=by, shares=sample.BUILD_SHARES).select(
+                *columns, "stratum", "weight"
+            )
             for frame, by in sources
         ]
     )

@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from pairsieve.labels.estimate import Estimate, labelled_ratio, share_from_labels
-from pairsieve.labels.pairs import LINKED, candidate_pairs
+from pairsieve.labels.pairs import GROUP, LINKED, candidate_pairs
 from pairsieve.labels.store import answered
 
 NOTE = (
@@ -27,8 +27,8 @@ NOTE = (
 def estimates(population: pl.DataFrame, answers: pl.DataFrame) -> tuple[Estimate, Estimate, int]:
     """(merged-pair precision, candidate recall, answers matched) of a build's judged candidate
     pairs (`labels.pairs.candidate_pairs`) from answered labels (``pair_id``, ``label``); the
-    sample was split by merged or not, so both estimators are too."""
-    precision, _ = share_from_labels(population.filter(population[LINKED]), answers, by=LINKED)
+    sample was split by `sample.build_groups`, so both estimators are too."""
+    precision, _ = share_from_labels(population.filter(population[LINKED]), answers, by=GROUP)
     hit = population.join(answers.select("pair_id", "label"), on="pair_id", how="inner")
     recall = labelled_ratio(
         population["p_same"].to_numpy(),
@@ -36,6 +36,7 @@ def estimates(population: pl.DataFrame, answers: pl.DataFrame) -> tuple[Estimate
         hit["p_same"].to_numpy(),
         hit[LINKED].to_numpy(),
         hit["label"].to_numpy(),
+        (population[GROUP].to_numpy(), hit[GROUP].to_numpy()),
     )
     return precision, recall, hit.height
 

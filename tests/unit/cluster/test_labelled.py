@@ -3,6 +3,8 @@ counts "20mp" and "20.3mp" as one camera says so through its labels, and the vet
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 
@@ -99,3 +101,28 @@ def test_labels_need_the_learned_pair_model(tmp_path) -> None:
     with pytest.raises(PairsieveError) as found:
         cluster.run(cfg, cluster.Inputs(_catalog(), labels=files), tmp_path / "out")
     assert found.value.code == "bad_config" and found.value.knob == "cluster.verifier"
+
+
+def test_cluster_and_eval_commands_take_labels(tmp_path, session_cache_dir) -> None:
+    from typer.testing import CliRunner
+
+    from pairsieve.cli import app
+
+    catalog = _catalog().with_columns(pl.col(S.LISTING_ID).str.slice(0, 2).alias("camera"))
+    path = tmp_path / "catalog.parquet"
+    catalog.write_parquet(path)
+    same = [(f"c{i}0", f"c{i}1", True) for i in range(len(CAMERAS))]
+    labels = str(_labels(tmp_path / "labels.jsonl", same))
+    cache = ["--set", f"cache_dir={session_cache_dir}"]
+    out = tmp_path / "out"
+    args = ["cluster", "--catalog", str(path), "--out", str(out), "--labels", labels, *cache]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert all(_same(pl.read_parquet(out / S.PRODUCTS_FILE), *pair[:2]) for pair in same)
+    scores = []
+    for extra in ([], ["--labels", labels]):
+        args = ["eval", "--catalog", str(path), "--truth-column", "camera", *cache, *extra]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        scores.append(json.loads(result.stdout[result.stdout.index("{") :])["pairsieve"])
+    assert scores[0]["pairwise_recall"] < scores[1]["pairwise_recall"] == 1.0

@@ -222,7 +222,6 @@ def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
     """`cluster_verify.verify` evaluates `match.assess` / `match.jaccard` column-wise; every pair
     of a small real-title set (all conflict kinds, codes, brands) must match the per-pair
     functions."""
-    from pairsieve.text import attributes as text
     from pairsieve.text import match
 
     titles = [t for t, _ in TITLES.values()] + [

@@ -59,7 +59,9 @@ def test_labels_lift_the_veto_they_contradict_and_keep_the_one_they_confirm() ->
 
 def test_a_reason_with_too_few_labels_is_not_judged() -> None:
     population, truth = _population()
-    pixels = np.flatnonzero((population.veto_reason == "pixels_conflict") & (population.score > 0.3))
+    pixels = np.flatnonzero(
+        (population.veto_reason == "pixels_conflict") & (population.score > 0.3)
+    )
     few = adapt.Labelled(pixels[:2], truth[pixels[:2]].astype(float), np.ones(2))
     assert adapt.proposed_lifts(population, few, 0.3) == ()
 
@@ -91,5 +93,7 @@ def test_a_sample_estimates_what_every_label_would() -> None:
     for _ in range(300):
         rows = rng.choice(len(truth), 300, replace=False)
         weights = np.full(300, len(truth) / 300)
-        found.append(adapt.estimated_f1(population, adapt.Labelled(rows, truth[rows], weights), merged))
+        found.append(
+            adapt.estimated_f1(population, adapt.Labelled(rows, truth[rows], weights), merged)
+        )
     assert np.mean(found) == pytest.approx(exact, abs=0.01)

@@ -172,6 +172,7 @@ def test_a_builds_candidates_are_drawn_with_their_texts_and_ids(
         pl.col("listing_a").is_in(["t1", "t2"]) & pl.col("listing_b").is_in(["t1", "t2"])
     )
     assert row["pair_id"][0] == label_pairs.pair_id("candidate", "t2", "t1")  # unordered
+    assert row["group"][0] == 1  # merged
     assert row["linked"][0] and {row["text_a"][0], row["text_b"][0]} == {
         "samsung ue55nu8000 55 8 series flat led tv",
         "samsung ue55nu8000txxu 55 inch 4k hdr smart tv",
@@ -255,3 +256,32 @@ def test_a_sample_split_by_merged_gives_the_merged_pairs_their_own_labels() -> N
     for h, n_h in split.group_by(sample.STRATUM).len().iter_rows():
         weights = split.filter(pl.col(sample.STRATUM) == h)[sample.WEIGHT].unique().to_list()
         assert weights == [pytest.approx(sizes[h] / n_h)]
+
+
+def test_a_builds_sample_gives_each_group_its_share_and_weights_its_strata() -> None:
+    """Kept apart, merged, and held apart by a veto the model would accept: each group gets
+    `sample.BUILD_SHARES` of the labels, and each label weighs its (stratum, group)'s size over
+    its labels."""
+    rng = np.random.default_rng(4)
+    pairs = _population(20_000, 5)
+    p = pairs["p_same"].to_numpy()
+    vetoed = rng.random(len(p)) < 0.3
+    groups = sample.build_groups(p > 0.6, vetoed, rng.random(len(p)), accept=0.5)
+    assert set(np.unique(groups)) == {0, 1, 2}
+    assert not (groups[p > 0.6] != 1).any() and (groups[(p <= 0.6) & ~vetoed] == 0).all()
+    pairs = pairs.with_columns(pl.Series("group", groups))
+    drawn = sample.draw(pairs, 300, seed=2, by="group", shares=sample.BUILD_SHARES)
+    counts = drawn["group"].value_counts().sort("group")["count"].to_list()
+    assert counts == [int(300 * share) for share in sample.BUILD_SHARES]
+    sizes = sample.stratum_sizes(p, groups)
+    for h, n_h in drawn.group_by(sample.STRATUM).len().iter_rows():
+        weights = drawn.filter(pl.col(sample.STRATUM) == h)[sample.WEIGHT].unique().to_list()
+        assert weights == [pytest.approx(sizes[h] / n_h)]
+
+
+def test_a_group_too_small_for_its_share_passes_the_rest_on() -> None:
+    pairs = _population(5_000, 6).with_columns(
+        pl.Series("group", np.r_[np.zeros(4_990, np.int64), np.full(10, 2)])
+    )
+    drawn = sample.draw(pairs, 300, seed=0, by="group", shares=sample.BUILD_SHARES)
+    assert drawn.height == 300 and (drawn["group"] == 2).sum() == 10
