@@ -11,7 +11,7 @@ estimate lands.
 
 With ``--data-root``, the same for the clustering of each catalog with within-shop truth (as
 `pairsieve label sample --run` draws a build's judged candidate pairs and `pairsieve build
---labels` estimates, strata split by merged or not): the precision of the candidate pairs
+--labels` estimates, strata split by `sample.build_groups`): the precision of the candidate pairs
 pairsieve merged and the share of true candidate pairs it merged.
 
     cd benchmarks && ../.venv/bin/python labels.py [--work /tmp/ps-audit-estimate] \
