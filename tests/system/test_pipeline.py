@@ -562,3 +562,41 @@ def test_a_cold_build_prints_no_other_packages_log_lines(
     assert any(record.getMessage().startswith("preparing the onnx-int8") for record in printed)
     foreign = [(r.name, r.getMessage()[:80]) for r in printed if not r.name.startswith("pairsieve")]
     assert foreign == []
+
+
+def test_a_build_with_labels_tunes_its_clustering_and_reports_their_estimates(
+    prefect_harness, tmp_path, product_ids, session_cache_dir
+):
+    """Build, draw pairs to label from it, answer them from the truth, build again with the
+    answers: the clustering says what the labels chose and the report estimates from them."""
+    from pairsieve.labels.pairs import write_sample
+    from pairsieve.labels.store import read_labels, write_labels
+    from pairsieve.orchestration.flows import build
+    from pairsieve.report.stage import load_report
+
+    data = _slice(tmp_path / "data", product_ids[:40])
+    cfg = _cfg(session_cache_dir).model_dump(mode="json")
+    inputs = dict(clicks=str(data / "clicks.parquet"), catalog=str(data / "catalog.parquet"))
+    build(**inputs, out=str(tmp_path / "first"), config=cfg)
+    asked = tmp_path / "labels.jsonl"
+    write_sample(tmp_path / "first", None, 60, 0, asked)
+    truth = dict(
+        pl.read_parquet(data / "catalog.parquet").select(S.LISTING_ID, TRUE_PRODUCT_ID).rows()
+    )
+    rows = read_labels(asked)
+    same = [truth[a] == truth[b] for a, b in rows.select(S.LISTING_A, S.LISTING_B).rows()]
+    write_labels(rows.with_columns(pl.Series("label", same)), asked)
+    build(**inputs, out=str(tmp_path / "tuned"), config=cfg, labels=[str(asked)])
+    layout = RunLayout(tmp_path / "tuned")
+    found = json.loads((layout.stage_dir("cluster") / S.STAGE_JSON).read_text())["details"]
+    assert found["labels"]["labels_used"] == rows.height > 0
+    assert found["labels"]["labels_not_in_this_clustering"] == 0
+    assert set(found["labels"]["chosen"]) == {
+        "accept_probability",
+        "link_threshold",
+        "unjudged_weight",
+        "lifted_vetoes",
+    }
+    assert found["accept_probability"] == found["labels"]["chosen"]["accept_probability"]
+    figures = load_report(layout.report)["duplicates"]["figures"]
+    assert figures["labels_used"] > 0 and 0 <= figures["merged_pair_precision"] <= 1
