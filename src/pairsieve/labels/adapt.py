@@ -13,11 +13,11 @@ times each label's weight, the inverse of its inclusion probability) correct it.
 ``TP(setting) = sum over merged pairs of p_same + sum over labelled merged pairs of w (y - p)``,
 ``Y = sum of p_same + sum of w (y - p)`` over all pairs, and ``F1 = 2 TP / (merged + Y)``.
 
-Only settings that move few pairs are cheap to judge this way; a veto, though, can only be
-lifted where labels say so: a reason is proposed for lifting when the pairs it vetoes that the
-pair model would accept are, by the same estimator, at least half one product
-(`proposed_lifts`). The default setting is kept unless another one beats its estimate by
-``min_gain``: with a few hundred labels, small estimated gains are mostly noise.
+Thresholds are searched on a grid. Vetoes are not: lifting one judges pairs afresh, so only the
+reasons the labels argue for are tried, those whose vetoed pairs that the pair model would
+accept are, by the same estimator, at least half one product (`proposed_lifts`). The default
+setting is kept unless another one beats its estimate by ``min_gain``: with a few hundred
+labels, small estimated gains are mostly noise.
 """
 
 from __future__ import annotations
