@@ -84,7 +84,7 @@ def test_the_default_stays_when_no_setting_gains_enough() -> None:
 
 def test_a_sample_estimates_what_every_label_would() -> None:
     """Labels drawn at random with inverse-probability weights estimate the full-label F1
-    without bias (mean over many draws)."""
+    closely on average over many draws (a ratio: unbiased to first order)."""
     population, truth = _population(n=4_000)
     merged = _merged_by(population)(DEFAULT)
     exact = adapt.estimated_f1(population, _everything(truth), merged)
