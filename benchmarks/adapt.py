@@ -26,8 +26,8 @@ import polars as pl
 from fit_verifier import Run  # noqa: E402 - the sibling benchmark's clustering run
 
 from pairsieve import schemas as S
-from pairsieve.cluster import linkage, verifier
 from pairsieve.cluster.calibration import load_calibration
+from pairsieve.cluster.labelled import Clusterings
 from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
@@ -44,10 +44,13 @@ class Catalog:
         self.source = S.SELLER_ID if bench.cross_source else None
         self.runs: dict[tuple[str, ...], Run] = {}
         self.merged: dict[adapt.Setting, np.ndarray] = {}
-        self.model = verifier.load_model()
         base = self.run(())
-        self.score = self.model.probability(base.features)
+        self.score = base.scored["score"].to_numpy()
         self.answerable = np.flatnonzero(base.labelled)
+        counts = base.result.nodes["count"].to_numpy()
+        self.clusterings = Clusterings(
+            counts, base.scored, (), lambda lifted: self.run(lifted).scored
+        )
 
     def run(self, lifted: tuple[str, ...]) -> Run:
         if lifted not in self.runs:
@@ -55,28 +58,15 @@ class Catalog:
             self.runs[lifted] = Run(cfg, self.catalog, self.source)
         return self.runs[lifted]
 
-    def labels(self, setting: adapt.Setting) -> np.ndarray:
-        """Cluster label per node under ``setting``."""
-        run = self.run(setting.lifted_vetoes)
-        vetoed = run.vetoed
-        scored = run.scored.with_columns(
-            pl.Series("score", self.score),
-            pl.Series(S.ACCEPTED, ~vetoed & (self.score >= setting.accept_probability)),
-        )
-        counts = run.result.nodes["count"].to_numpy()
-        return linkage.agglomerate(counts, scored, setting.link_threshold, setting.unjudged_weight)
-
     def merged_by(self, setting: adapt.Setting) -> np.ndarray:
         """Which answerable pairs ``setting`` puts in one product (cached per setting)."""
         if setting not in self.merged:
-            labels = self.labels(setting)
-            base = self.runs[()]
-            self.merged[setting] = (labels[base.a] == labels[base.b])[self.answerable]
+            self.merged[setting] = self.clusterings.merged(setting)[self.answerable]
         return self.merged[setting]
 
     def f1(self, setting: adapt.Setting) -> float:
         base = self.runs[()]
-        listing = self.labels(setting)[base.result.frame["_node"].to_numpy()]
+        listing = self.clusterings.labels(setting)[base.result.frame["_node"].to_numpy()]
         return base._score(listing, None).pairwise_f1
 
 

@@ -226,13 +226,18 @@ def with_requested(pairs: pl.DataFrame, requested: np.ndarray) -> pl.DataFrame:
     return both.with_columns(signal.alias(S.SIGNAL)).drop("_asked").sort("a", "b")
 
 
+def listing_nodes(frame: pl.DataFrame) -> pl.DataFrame:
+    """(listing_id as a string, its node as int64) of the clustering's listings ``frame``."""
+    return frame.select(pl.col(S.LISTING_ID).cast(pl.String), pl.col(NODE).cast(pl.Int64))
+
+
 def node_pairs(frame: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
     """(m, 2) node indexes of listing pairs (``listing_a``, ``listing_b``) of ``frame``.
 
     Raises:
         PairsieveError: ``unknown_listing`` when a pair names a listing ``frame`` lacks.
     """
-    node_of = frame.select(pl.col(S.LISTING_ID).cast(pl.String), pl.col(NODE).cast(pl.Int64))
+    node_of = listing_nodes(frame)
     ends = []
     for column in (S.LISTING_A, S.LISTING_B):
         found = pairs.select(pl.col(column).cast(pl.String).alias(S.LISTING_ID)).join(

@@ -22,7 +22,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster import linkage
 from pairsieve.cluster.calibration import load_calibration
-from pairsieve.cluster.candidates import NODE
+from pairsieve.cluster.candidates import NODE, listing_nodes
 from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import ClusterConfig
 from pairsieve.errors import PairsieveError
@@ -32,18 +32,17 @@ from pairsieve.labels.store import answered
 
 @dataclass
 class Tuned:
-    """The clustering's judged pairs and knobs after adapting to labels."""
+    """The clustering's judged pairs and the setting they were judged with, after adapting to
+    labels."""
 
     scored: pl.DataFrame
-    accept_probability: float
-    link_threshold: float
-    unjudged_weight: float
+    setting: adapt.Setting
     details: dict
 
 
 def _matched(answers: pl.DataFrame, frame: pl.DataFrame, scored: pl.DataFrame) -> pl.DataFrame:
     """(row in ``scored``, label) of the answers that name a judged node pair."""
-    node_of = frame.select(pl.col(S.LISTING_ID).cast(pl.String), pl.col(NODE).cast(pl.Int64))
+    node_of = listing_nodes(frame)
     ends = answers.filter(pl.col("source") == "candidate").select("label", S.LISTING_A, S.LISTING_B)
     for end in (S.LISTING_A, S.LISTING_B):
         ends = ends.join(node_of.rename({S.LISTING_ID: end, NODE: f"_{end}"}), on=end, how="inner")
@@ -65,7 +64,7 @@ def _weighted(rows: np.ndarray, label: np.ndarray, p: np.ndarray, groups: np.nda
     return adapt.Labelled(rows, label, sizes[which[rows]] / taken[which[rows]])
 
 
-class _Clusterings:
+class Clusterings:
     """The clustering of one catalog's judged pairs under any setting; the pairs are verified
     once per set of lifted vetoes."""
 
@@ -89,11 +88,15 @@ class _Clusterings:
         ok = rows[S.VETO_REASON].is_null() & (pl.col("score") >= setting.accept_probability)
         return rows.with_columns(ok.alias(S.ACCEPTED))
 
-    def merged(self, setting: adapt.Setting) -> np.ndarray:
-        """(pairs,) bool: the pair ends in one product under ``setting``."""
-        labels = linkage.agglomerate(
+    def labels(self, setting: adapt.Setting) -> np.ndarray:
+        """(nodes,) cluster label per node under ``setting``."""
+        return linkage.agglomerate(
             self.counts, self.judged(setting), setting.link_threshold, setting.unjudged_weight
         )
+
+    def merged(self, setting: adapt.Setting) -> np.ndarray:
+        """(pairs,) bool: the pair ends in one product under ``setting``."""
+        labels = self.labels(setting)
         return labels[self.a] == labels[self.b]
 
 
@@ -118,16 +121,6 @@ def _default(cfg: ClusterConfig) -> adapt.Setting:
     )
 
 
-def _tuned(scored: pl.DataFrame, setting: adapt.Setting, details: dict) -> Tuned:
-    return Tuned(
-        scored,
-        setting.accept_probability,
-        setting.link_threshold,
-        setting.unjudged_weight,
-        details,
-    )
-
-
 def tune(
     cfg: ClusterConfig,
     files: tuple[Path, ...],
@@ -143,7 +136,7 @@ def tune(
         PairsieveError: ``bad_config`` unless the learned pair model judges.
     """
     default = _default(cfg)
-    clusterings = _Clusterings(counts, scored, default.lifted_vetoes, verify_with)
+    clusterings = Clusterings(counts, scored, default.lifted_vetoes, verify_with)
     score = scored["score"].to_numpy()
     vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
     population = adapt.Population(
@@ -159,10 +152,10 @@ def tune(
         "labels_not_in_this_clustering": answers.height - len(rows),
     }
     if not len(rows):  # nothing to learn from: the model alone would move the knobs
-        return _tuned(scored, default, counted)
+        return Tuned(scored, default, counted)
     groups = sample.build_groups(
         clusterings.merged(default), vetoed, score, default.accept_probability
     )
     labelled = _weighted(rows, hit["label"].to_numpy(), population.p_same, groups)
     found = adapt.choose(population, labelled, clusterings.merged, default)
-    return _tuned(clusterings.judged(found.chosen), found.chosen, {**counted, **found.as_json()})
+    return Tuned(clusterings.judged(found.chosen), found.chosen, {**counted, **found.as_json()})

@@ -295,10 +295,11 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     if label_files:
         tuned = labelled.tune(c, label_files, judged.frame, counts, scored, judged.rejudge)
         scored, details["labels"] = tuned.scored, tuned.details
+        setting = tuned.setting
         accept, link, unjudged = (
-            tuned.accept_probability,
-            tuned.link_threshold,
-            tuned.unjudged_weight,
+            setting.accept_probability,
+            setting.link_threshold,
+            setting.unjudged_weight,
         )
     details["accept_probability"] = accept  # what a label sample of this build groups pairs by
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
