@@ -62,7 +62,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
         ("zero-shot", None),
         *(
             (arm, tau)
-            for arm in ("naive", "pairsieve", "shards-stock", "oracle")
+            for arm in ("naive", "pairsieve", "pairsieve-queue", "shards-stock", "oracle")
             for tau in (0.05, "learned")
         ),
         ("st-best", 0.05),  # GISTEmbedLoss takes no learned temperature
@@ -82,6 +82,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
         ("pairsieve", "st-best"),
         ("oracle", "pairsieve"),
         ("pairsieve", "shards-stock"),
+        ("pairsieve-queue", "pairsieve"),
     } <= pairs
     for c in results["comparisons"]:
         assert c["ci"][0] <= c["difference"] <= c["ci"][1], c

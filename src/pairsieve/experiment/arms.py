@@ -7,6 +7,9 @@
   `relative_margin=0.05`, `NoDuplicatesBatchSampler`, `GISTEmbedLoss` with the base encoder
   as guide (it drops in-batch candidates the guide scores above the positive).
 * `pairsieve`: the build's shards, `ProductDisjointBatchSampler`, the masked loss.
+* `pairsieve-queue`: the same with a memory queue of earlier batches' documents as more
+  negatives, copies of the positive's product masked there too (`MaskedQueueRankingLoss`):
+  whether more negatives pay at a small batch.
 * `shards-stock`: the build's shards with the stock loss and random batches: what the shards
   alone buy a team that changes nothing in its trainer, and what separates pairsieve's
   negatives from its batching and mask.
@@ -33,11 +36,13 @@ from pairsieve.experiment.data import RELEVANT, ExperimentData
 from pairsieve.training import (
     CLIP_TEMPERATURE,
     MaskedMultipleNegativesRankingLoss,
+    MaskedQueueRankingLoss,
     ProductDisjointBatchSampler,
 )
 
-ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "shards-stock", "oracle")
+ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "pairsieve-queue", "shards-stock", "oracle")
 LEARNED = "learned"
+QUEUE_SIZE = 1024  # the documents of 8 earlier batches of 64 rows with one negative each
 ST_BEST_RELATIVE_MARGIN = 0.05
 MINED_ARMS = {"naive": None, "st-best": ST_BEST_RELATIVE_MARGIN}  # arm -> miner's margin
 
@@ -94,12 +99,16 @@ def _unique_labels(rows: int, columns: int) -> pl.Series:
     )
 
 
-def _masked(model: Any, tau: float | str) -> MaskedMultipleNegativesRankingLoss:
-    if tau == LEARNED:
-        return MaskedMultipleNegativesRankingLoss(
-            model, scale=1 / CLIP_TEMPERATURE, learn_scale=True
+def _masked(
+    model: Any, tau: float | str, queue: bool = False
+) -> MaskedMultipleNegativesRankingLoss:
+    learned = tau == LEARNED
+    scale = 1 / CLIP_TEMPERATURE if learned else 1 / float(tau)
+    if queue:
+        return MaskedQueueRankingLoss(
+            model, scale=scale, queue_size=QUEUE_SIZE, learn_scale=learned
         )
-    return MaskedMultipleNegativesRankingLoss(model, scale=1 / float(tau))
+    return MaskedMultipleNegativesRankingLoss(model, scale=scale, learn_scale=learned)
 
 
 def _shard_rows(data: ExperimentData, k: int, labels: pl.Series | None = None) -> pl.DataFrame:
@@ -143,9 +152,10 @@ def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
             raise PairsieveError("bad_option", "st-best's GISTEmbedLoss takes no learned τ")
         loss = GISTEmbedLoss(model, guide=guide, temperature=float(tau))
         return Recipe(Dataset.from_polars(mined[arm]), loss, BatchSamplers.NO_DUPLICATES)
-    if arm == "pairsieve":
+    if arm in ("pairsieve", "pairsieve-queue"):
         rows = _shard_rows(data, k)
-        return Recipe(Dataset.from_polars(rows), _masked(model, tau), ProductDisjointBatchSampler)
+        loss = _masked(model, tau, queue=arm == "pairsieve-queue")
+        return Recipe(Dataset.from_polars(rows), loss, ProductDisjointBatchSampler)
     if arm == "oracle":
         if data.truth_column is None:
             raise PairsieveError("bad_option", "the oracle arm needs --truth-column")

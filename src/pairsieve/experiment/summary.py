@@ -22,6 +22,7 @@ COMPARISONS = (
     ("pairsieve", "naive"),
     ("pairsieve", "st-best"),
     ("oracle", "pairsieve"),
+    ("pairsieve-queue", "pairsieve"),
     ("shards-stock", "naive"),
     ("pairsieve", "shards-stock"),
     ("st-best", "naive"),

@@ -8,7 +8,8 @@ sentence-transformers' collator hands to the loss instead of encoding. Use them 
     loss = MaskedMultipleNegativesRankingLoss(model, scale=20.0)
 
 `MaskedCachedMultipleNegativesRankingLoss` is the same loss for batches too large to hold in
-memory, and `learn_scale=True` on either trains the temperature (`LearnedScale`).
+memory, `MaskedQueueRankingLoss` adds earlier batches' documents as negatives, and
+`learn_scale=True` on any of them trains the temperature (`LearnedScale`).
 """
 
 from pairsieve.training.losses import (
@@ -17,6 +18,7 @@ from pairsieve.training.losses import (
     LearnedScale,
     MaskedCachedMultipleNegativesRankingLoss,
     MaskedMultipleNegativesRankingLoss,
+    MaskedQueueRankingLoss,
     masked_info_nce,
 )
 from pairsieve.training.sampler import ProductDisjointBatchSampler
@@ -27,6 +29,7 @@ __all__ = [
     "LearnedScale",
     "MaskedCachedMultipleNegativesRankingLoss",
     "MaskedMultipleNegativesRankingLoss",
+    "MaskedQueueRankingLoss",
     "ProductDisjointBatchSampler",
     "masked_info_nce",
 ]

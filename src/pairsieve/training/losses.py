@@ -1,14 +1,16 @@
 """InfoNCE losses that never count a copy of the positive's product as a negative.
 
-Three pieces, all reading the `label` column of pairsieve shards (the integer product ids
+Four pieces, all reading the `label` column of pairsieve shards (the integer product ids
 `[positive, negative_1, ...]` that sentence-transformers' collator hands to the loss):
 
 * `masked_info_nce`, the per-anchor loss with same-product candidates left out of the softmax;
 * `MaskedMultipleNegativesRankingLoss`, the stock loss with that mask;
 * `MaskedCachedMultipleNegativesRankingLoss`, the same loss by gradient caching (GradCache,
-  arXiv 2101.06983), so batches of 512 and more train in the memory of one mini-batch.
+  arXiv 2101.06983), so batches of 512 and more train in the memory of one mini-batch;
+* `MaskedQueueRankingLoss`, the masked loss with earlier batches' documents as extra negatives
+  (a memory queue), so a small batch sees many negatives without a large one's memory.
 
-Both losses take `learn_scale=True` to train the temperature instead of fixing it: at low τ one
+The losses take `learn_scale=True` to train the temperature instead of fixing it: at low τ one
 false negative owns the gradient, so τ is a knob worth measuring rather than guessing.
 """
 
@@ -229,3 +231,66 @@ class MaskedCachedMultipleNegativesRankingLoss(_ScaleMixin, CachedLossMixin, nn.
             "mini_batch_size": self.mini_batch_size,
             "learn_scale": self.learned_scale is not None,
         }
+
+
+class MaskedQueueRankingLoss(MaskedMultipleNegativesRankingLoss):
+    """`MaskedMultipleNegativesRankingLoss` that also scores each anchor against a queue of the
+    documents (positives and negatives) of earlier batches, as in MoCo (arXiv 1911.05722) and
+    cross-batch memory (arXiv 1912.06798).
+
+    The queue holds the encoder's own embeddings, detached, with their product ids, and keeps the
+    newest `queue_size`: no momentum encoder, since the encoder moves little between steps at
+    fine-tuning learning rates, which is what makes a stale entry still a fair negative. A queued
+    document of the anchor's positive product is masked like an in-batch copy: a queue spans
+    many batches, so product-disjoint batches alone cannot keep copies out of it. The queue only
+    grows in training (with gradients enabled), so evaluating the loss leaves it as it was.
+    """
+
+    def __init__(  # noqa: PLR0913 - the masked loss's parameters plus queue_size
+        self,
+        model: Any,
+        scale: float = 20.0,
+        similarity_fct: Callable[[Tensor, Tensor], Tensor] = cos_sim,
+        queue_size: int = 1024,
+        learn_scale: bool = False,
+    ) -> None:
+        super().__init__(model, scale=scale, similarity_fct=similarity_fct, learn_scale=learn_scale)
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be at least 1, got {queue_size}")
+        self.queue_size = queue_size
+        self.queued: Tensor | None = None  # (q, d) detached document embeddings, newest last
+        self.queued_products: Tensor | None = None  # (q,) their product ids
+
+    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor) -> Tensor:
+        """Mean masked InfoNCE of the anchors against the batch's documents and the queue.
+
+        Raises:
+            ValueError: labels missing or not (batch, number of candidate columns).
+        """
+        if len(embeddings) < 2:
+            raise ValueError(f"Expected at least 2 embeddings, got {len(embeddings)}")
+        queries, docs = embeddings[0], embeddings[1:]
+        batch_size = queries.size(0)
+        labels = product_labels(labels, batch_size, len(docs), type(self).__name__)
+        labels = labels.to(device=queries.device)
+        batch_docs = torch.cat(docs, dim=0)
+        batch_products = labels.T.reshape(-1)
+        candidates, candidate_products = batch_docs, batch_products
+        if self.queued is not None:
+            candidates = torch.cat([batch_docs, self.queued.to(batch_docs.device)])
+            candidate_products = torch.cat([batch_products, self.queued_products])
+        logits = self.similarity_fct(queries, candidates) * self.current_scale()
+        positive_index = torch.arange(batch_size, device=queries.device)
+        loss = masked_info_nce(logits, labels[:, 0], candidate_products, positive_index).mean()
+        if torch.is_grad_enabled():
+            self._enqueue(batch_docs.detach(), batch_products)
+        return loss
+
+    def _enqueue(self, docs: Tensor, products: Tensor) -> None:
+        if self.queued is not None:
+            docs = torch.cat([self.queued, docs])
+            products = torch.cat([self.queued_products, products])
+        self.queued, self.queued_products = docs[-self.queue_size :], products[-self.queue_size :]
+
+    def get_config_dict(self) -> dict[str, Any]:
+        return {**super().get_config_dict(), "queue_size": self.queue_size}

@@ -10,6 +10,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pairsieve.core.hashing import column_keys
+from pairsieve.experiment.retrieval import METRICS
 from tests.paths import REPO
 
 QUERIES = ["iphone 8 64gb", "sandisk ultra 32gb", "nikon d750 body"]
@@ -91,10 +93,33 @@ def test_an_ablation_is_paired_on_the_queries_both_runs_share(tmp_path):
     # b and c, in another order, each 0.25 lower; d is not shared.
     lower = {m: [0.9, -0.25, 0.25] for m in metrics}
     baseline = pl.DataFrame({"query": ["d", "c", "b"], **lower})
-    result = ablation.shared_difference(arm, baseline)
+    result = ablation.shared_difference([arm], [baseline])
     assert result["queries"] == 2
     difference, (lo, hi) = result["recall@10"]
     assert (difference, lo, hi) == pytest.approx((0.25, 0.25, 0.25))
+
+
+def test_an_ablation_pairs_seed_with_seed_and_reads_kept_runs(experiment):
+    """Seed 1's runs are kept ones (hashed queries), seed 0's hold the text; the difference is
+    seed 0's 0.1 and seed 1's 0.3 on the shared queries, never a cross-seed pairing."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.syspath_prepend(str(REPO / "benchmarks"))
+        ablation = importlib.import_module("ablation")
+
+    def run(queries: list[str], scores: list[float], kept: bool = False) -> pl.DataFrame:
+        frame = pl.DataFrame({"query": queries, **{m: scores for m in METRICS}})
+        if kept:
+            keys = column_keys(frame["query"]).alias(experiment.QUERY_KEY)
+            return frame.select(keys, pl.exclude("query"))
+        return frame
+
+    arms = [run(["a", "b"], [0.6, 0.6]), run(["b", "a", "x"], [0.9, 0.9, 0.0], kept=True)]
+    baselines = [run(["a", "b", "y"], [0.5, 0.5, 1.0]), run(["a", "b"], [0.6, 0.6], kept=True)]
+    result = ablation.shared_difference(arms, baselines)
+    assert result["queries"] == 2
+    difference, (lo, hi) = result["ndcg@10"]
+    assert difference == pytest.approx(0.2)
+    assert lo == pytest.approx(0.1) and hi == pytest.approx(0.3)  # a draw of two same seeds
 
 
 def test_the_runs_kept_in_the_repo_hold_no_catalog_text():
