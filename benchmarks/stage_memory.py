@@ -1,35 +1,39 @@
-"""Where a build's memory goes: resident memory sampled through every stage, in process.
+"""Where a build's memory goes: the peak resident memory of every stage, each in a process of
+its own, and when in the stage it came.
 
 A build's peak is one number; to bound memory per task one needs to know which step of which
-stage holds it. This runs a generated marketplace's build stage by stage in one process (as
-`benchmarks/build.py` does, so Prefect is left out), samples the resident set every 0.1 s, and
-prints per stage its peak, when in the stage it came, and the stage's own step timings laid
-end to end, so the peak can be read against the step that was running:
+stage holds it. This builds a generated marketplace stage by stage, each stage in a fresh
+process (so no stage's peak carries what an earlier one left in the heap), samples the stage's
+resident set every 0.1 s, and prints its peak, when in the stage the peak came, and the stage's
+own step timings, so the peak can be read against the step that was running:
 
     .venv/bin/python benchmarks/stage_memory.py --products 12000 --work /tmp/ps-mem \
         [--set knn.exact_max=10000] [--json FIGURES.json]
 
 `--set` passes build settings (the example forces the IVF path that 10^6 listings take, at a
-size where the default would search exactly). The embedding cache lives under `--work`, so a
-second run with the same catalog embeds nothing.
+size where the default searches exactly). The embedding cache lives under `--work`, so a second
+run with the same catalog embeds nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 import psutil
-from build import build
 
 from pairsieve.config import load_config, parse_override
 from pairsieve.datasets import synth
+from pairsieve.orchestration import steps
+from pairsieve.vectors.embed import embed_partition
 
 INTERVAL_S = 0.1
-STAGES = ("ingest", "cluster", "mine", "shards", "report")
+STAGES = ("ingest", "embed", "cluster", "mine", "shards", "report")
 
 
 class Sampler(threading.Thread):
@@ -38,30 +42,48 @@ class Sampler(threading.Thread):
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.samples: list[tuple[float, int]] = []
-        self.running = True
 
     def run(self) -> None:
         process = psutil.Process()
-        while self.running:
+        while True:
             self.samples.append((time.perf_counter(), process.memory_info().rss))
             time.sleep(INTERVAL_S)
 
-    def peak(self, start: float, end: float) -> tuple[int, float]:
-        """The largest sample in [start, end] and its offset from start (s)."""
-        inside = [(rss, t) for t, rss in self.samples if start <= t <= end] or [(0, start)]
-        rss, t = max(inside)
-        return rss, t - start
+
+def run_stage(stage: str, cfg, data: Path, run_dir: Path) -> None:
+    if stage == "ingest":
+        steps.ingest_step(
+            cfg, [str(data / "clicks.parquet")], [str(data / "catalog.parquet")], run_dir
+        )
+    elif stage == "embed":
+        for path in steps.embedding_partitions(cfg, run_dir):
+            embed_partition(path, cfg)
+        steps.clear_embedding_partitions(run_dir)
+    else:
+        step = {"cluster": steps.cluster_step, "mine": steps.mine_step}.get(stage)
+        (step or getattr(steps, f"{stage}_step"))(cfg, run_dir)
 
 
-def stage_windows(run_dir: Path, finished: float) -> dict[str, tuple[float, float, dict]]:
-    """Each stage's (start, end, timings) on this process's perf_counter clock, read back from
-    the stage.json files: stages run one after another and end at `finished`."""
-    windows, end = {}, finished
-    for stage in reversed(STAGES):
-        timings = json.loads((run_dir / stage / "stage.json").read_text())["timings"]
-        windows[stage] = (end - timings["total_s"], end, timings)
-        end -= timings["total_s"]
-    return dict(reversed(windows.items()))
+def measure_stage(stage: str, cfg, data: Path, run_dir: Path) -> dict:
+    """Run one stage in this process and return its wall time, peak RSS and when it came."""
+    baseline = psutil.Process().memory_info().rss
+    sampler = Sampler()
+    started = time.perf_counter()
+    sampler.start()
+    run_stage(stage, cfg, data, run_dir)
+    ended = time.perf_counter()
+    rss, at = max((rss, t) for t, rss in sampler.samples)
+    figures = {
+        "seconds": round(ended - started, 1),
+        "peak_rss_gib": round(rss / 2**30, 2),
+        "baseline_rss_gib": round(baseline / 2**30, 2),
+        "peak_at_s": round(at - started, 1),
+    }
+    stage_json = run_dir / stage / "stage.json"
+    if stage_json.exists():
+        timings = json.loads(stage_json.read_text())["timings"]
+        figures["steps_s"] = {k: v for k, v in timings.items() if k != "total_s"}
+    return figures
 
 
 def main() -> None:
@@ -70,27 +92,24 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # a child's stage
+    parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     data = args.work / f"synth-{args.products}"
-    if not (data / "catalog.parquet").exists():
-        synth.generate(data, args.products, seed=3)
     overrides = dict(parse_override(item) for item in args.set)
     cfg = load_config(None, {"cache_dir": str(args.work / "cache"), **overrides})
+    if args.stage:
+        print(json.dumps(measure_stage(args.stage, cfg, data, args.run_dir)))
+        return
+    if not (data / "catalog.parquet").exists():
+        synth.generate(data, args.products, seed=3)
     run_dir = args.work / f"run-{time.strftime('%H%M%S')}"
-    sampler = Sampler()
-    sampler.start()
-    figures = build(cfg, data, run_dir)
-    # report is the last stage: it ended as build returned
-    windows = stage_windows(run_dir, time.perf_counter())
-    sampler.running = False
-    figures["peak_rss_gb"] = {}
-    for stage, (start, end, timings) in windows.items():
-        rss, at = sampler.peak(start, end)
-        figures["peak_rss_gb"][stage] = round(rss / 2**30, 2)
-        steps = {k: v for k, v in timings.items() if k.endswith("_s") and k != "total_s"}
-        print(f"{stage}: peak {rss / 2**30:.2f} GiB at {at:.1f} s of {end - start:.1f} s; {steps}")
-    figures["peak_rss_gb"]["whole"] = round(max(r for _, r in sampler.samples) / 2**30, 2)
-    print(json.dumps(figures, indent=2))
+    figures = {}
+    for stage in STAGES:
+        child = [sys.executable, __file__, *sys.argv[1:], "--stage", stage, "--run-dir", run_dir]
+        done = subprocess.run(list(map(str, child)), capture_output=True, text=True, check=True)
+        figures[stage] = json.loads(done.stdout.strip().splitlines()[-1])
+        print(stage, json.dumps(figures[stage]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 
