@@ -1,20 +1,28 @@
 """Mining that searches each query only as deep as its pairs need: the top `mine.search_depth`
 first, then, for queries whose pairs are still short of negatives after the filters, deeper
 rounds and finally the exact scan below the margin (`knn.scan_below`), in batches of queries so
-memory does not grow with the log."""
+memory does not grow with the log: each batch's dropped rows, ~100 per (query, positive) pair
+and ~10 GB at 10^6 listings, can go to a part file as soon as the batch is done."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig
-from pairsieve.core import progress
-from pairsieve.mine.filters import filter_candidates, score_ceilings, short_queries
+from pairsieve.core import io, progress
+from pairsieve.mine.filters import (
+    filter_candidates,
+    reason_counts,
+    score_ceilings,
+    short_queries,
+)
 from pairsieve.mine.retrieval import Retrieval
 
 log = logging.getLogger(__name__)
@@ -26,13 +34,15 @@ class Mined:
     the split of (pair, candidate) rows into kept and dropped (see `filter_candidates`), each
     sorted by (query, positive, rank), one entry per retrieval round, and the listings deeper
     rounds stepped over because they score above the margin (summed over pairs; they are
-    counted, not listed)."""
+    counted, not listed). ``dropped`` is a scan of part files when they were spilled, and
+    ``reasons`` counts its rows per reason either way."""
 
     counts: pl.DataFrame
     kept: pl.DataFrame
-    dropped: pl.DataFrame
+    dropped: pl.DataFrame | pl.LazyFrame
     rounds: list[dict[str, int]]
     skipped_above_ceiling: int
+    reasons: dict[str, int]
 
 
 _DEEPEN = 4  # each round looks this many times deeper for the queries still short
@@ -49,6 +59,7 @@ def mine_pairs(
     products: pl.DataFrame,
     cfg: MineConfig,
     seed: int,
+    spill: Path | None = None,
 ) -> Mined:
     """Mine every query's pairs, looking only as deep as each query needs.
 
@@ -60,14 +71,21 @@ def mine_pairs(
     (PriceRunner's derived log: half the queries have 188+); stepping over them keeps the
     candidate table small. Each query's result depends on its own pairs only, so the queries
     (sorted) are mined in batches of `_QUERY_BATCH` and the batches' sorted rows concatenate
-    into sorted tables.
+    into sorted tables. With ``spill`` (an existing folder), each batch's dropped rows are
+    written there and released, and ``dropped`` scans the part files in batch order.
     """
     n = len(retrieval.queries)
-    batches = []
+    batches, parts, reasons = [], [], Counter()
     with progress.step("mining hard negatives", n, "queries") as counter:
         for start in range(0, max(n, 1), _QUERY_BATCH):
             rows = np.arange(start, min(start + _QUERY_BATCH, n))
-            batches.append(_mine_batch(retrieval, rows, positives, products, cfg, seed))
+            batch = _mine_batch(retrieval, rows, positives, products, cfg, seed)
+            reasons.update(batch.reasons)
+            if spill is not None:
+                part = spill / f"dropped-{len(parts):05d}.parquet"
+                parts.append(io.write_parquet(batch.dropped, part))
+                batch = replace(batch, dropped=None)
+            batches.append(batch)
             counter.advance(len(rows))
     rounds: list[dict[str, int]] = []
     for batch in batches:
@@ -79,9 +97,10 @@ def mine_pairs(
     return Mined(
         pl.concat([b.counts for b in batches]),
         pl.concat([b.kept for b in batches]),
-        pl.concat([b.dropped for b in batches]),
+        pl.scan_parquet(parts) if parts else pl.concat([b.dropped for b in batches]),
         rounds,
         sum(b.skipped_above_ceiling for b in batches),
+        dict(reasons),
     )
 
 
@@ -121,12 +140,14 @@ def _mine_batch(
         candidates, above = retrieval.candidates_below(rows, ceilings, head, depth, deepest)
     order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
     per_pair = positives.select(S.QUERY).join(pl.concat(skipped), on=S.QUERY)
+    dropped = pl.concat([d for _, _, d in parts]).sort(order)
     return Mined(
         pl.concat([c for c, _, _ in parts]),
         pl.concat([k for _, k, _ in parts]).sort(order),
-        pl.concat([d for _, _, d in parts]).sort(order),
+        dropped,
         rounds,
         int(per_pair["_skipped"].sum()),
+        reason_counts(dropped),
     )
 
 

@@ -188,7 +188,7 @@ def evaluate(
                 mined.counts,
                 positives,
                 mined.kept,
-                mine.reason_counts(mined.dropped),
+                mined.reasons,
                 mine_cfg,
             )["dropped_by_reason"],
             "retrieval_rounds": mined.rounds,

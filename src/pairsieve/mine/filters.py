@@ -33,10 +33,16 @@ REASONS = (
     "possible_duplicate",  # nothing in its title tells it apart from the positive (see config)
     "not_sampled",  # eligible, but beyond the num_negatives taken by `sampling`
 )
+
 _PRODUCT = "_product"
 _POSITIVE_PRODUCT = "_positive_product"
 NEGATIVE_COLUMNS = (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.RANK, S.SCORE,
                      S.POSITIVE_SCORE)  # fmt: skip
+
+
+def reason_counts(dropped: pl.DataFrame) -> dict[str, int]:
+    """Dropped rows per reason."""
+    return dict(dropped[S.REASON].cast(pl.String).value_counts().iter_rows())
 
 
 def with_ranks(candidates: pl.DataFrame) -> pl.DataFrame:

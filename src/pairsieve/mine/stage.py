@@ -34,6 +34,7 @@ candidate is in ``negatives_dropped.parquet`` with its reason, so
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.mine.deepen import COUNT, mine_pairs
-from pairsieve.mine.filters import REASONS
+from pairsieve.mine.filters import REASONS, reason_counts
 from pairsieve.mine.refilter import refilter, with_reused
 from pairsieve.mine.retrieval import build_retrieval, embed_inputs, positive_table
 from pairsieve.mine.reuse import PreviousMining, ReusePlan
@@ -126,11 +127,6 @@ def summarise(
     }
 
 
-def reason_counts(dropped: pl.DataFrame) -> dict[str, int]:
-    """Dropped rows per reason."""
-    return dict(dropped[S.REASON].cast(pl.String).value_counts().iter_rows())
-
-
 def listing_products(listings: pl.DataFrame, products: pl.DataFrame) -> pl.DataFrame:
     """(listing_id, product_id, title_norm) for every listing; unclustered ones get null (they
     count as their own product). title_norm is computed when the listings lack it."""
@@ -172,16 +168,18 @@ class _Rows:
     layout: knn.IvfLayout | None
 
 
-def _mine_rows(
+def _mine_rows(  # noqa: PLR0913 - the stage's inputs and where its dropped rows go
     cfg: PairsieveConfig,
     pairs: pl.DataFrame,
     listings: pl.DataFrame,
     products: pl.DataFrame,
     encoder: Encoder,
     previous: tuple[PreviousMining, int] | None,
+    spill: Path,
 ) -> _Rows:
     """Mine the clicked ``pairs``: queries whose inputs did not change keep the previous build's
-    rows, queries that only gained clicks or were regrouped are refiltered, the rest are mined."""
+    rows, queries that only gained clicks or were regrouped are refiltered, the rest are mined.
+    The dropped rows come back as a scan of part files in ``spill``, read until written."""
     none = pl.Series(S.QUERY, [], dtype=pl.String)
     plan, state = ReusePlan(none, none), None
     if previous is not None:
@@ -199,13 +197,14 @@ def _mine_rows(
     settled = none if refiltered is None else refiltered.queries
     retrieval = build_retrieval(embedded.without(settled), cfg, state.ivf if state else None)
     to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
-    mined = mine_pairs(retrieval, to_mine, info, cfg.mine, cfg.seed)
-    counts, kept, dropped = mined.counts, mined.kept, mined.dropped
+    mined = mine_pairs(retrieval, to_mine, info, cfg.mine, cfg.seed, spill)
+    counts, kept, dropped, reasons = mined.counts, mined.kept, mined.dropped, mined.reasons
     if refiltered is not None:  # both sorted by (query, positive, rank), no query in both
         counts = pl.concat([counts, refiltered.counts])
         kept = kept.merge_sorted(refiltered.kept, key=S.QUERY)
-        dropped = dropped.merge_sorted(refiltered.dropped, key=S.QUERY)
-    reasons = reason_counts(dropped)
+        dropped = dropped.merge_sorted(refiltered.dropped.lazy(), key=S.QUERY)
+        again = reason_counts(refiltered.dropped)
+        reasons = {r: reasons.get(r, 0) + again.get(r, 0) for r in REASONS}
     if state is not None:
         counts, kept, dropped, reused = with_reused(state, plan.reused, counts, kept, dropped)
         reasons = {r: reasons.get(r, 0) + reused.get(r, 0) for r in REASONS}
@@ -233,6 +232,7 @@ def _mine_rows(
     return _Rows(counts, kept, dropped, reasons, timings, details, layout)
 
 
+_SPILL = "_dropped-parts"  # the batches' dropped rows until negatives_dropped.parquet is written
 _ROWS_IN_MEANS = (
     "candidates considered: for each (query, positive) pair, each listing retrieved for its "
     "query: its top mine.search_depth and, for queries left short, its best listings at or "
@@ -265,10 +265,15 @@ def run(
     clicks_name = "clicks" if isinstance(inputs.clicks, pl.DataFrame) else str(inputs.clicks)
     _check_known(pairs, listings_df, clicks_name)
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
-    rows = _mine_rows(cfg, pairs, listings_df, products_df, encoder, previous)
     out_dir = Path(out_dir)
-    io.write_parquet(rows.kept, out_dir / S.NEGATIVES_FILE)
-    io.write_parquet(rows.dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
+    spill = out_dir / _SPILL
+    spill.mkdir(parents=True, exist_ok=True)
+    try:
+        rows = _mine_rows(cfg, pairs, listings_df, products_df, encoder, previous, spill)
+        io.write_parquet(rows.kept, out_dir / S.NEGATIVES_FILE)
+        io.write_parquet(rows.dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
+    finally:
+        shutil.rmtree(spill)
     outputs = {"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE}
     if rows.layout is not None:
         outputs.update(rows.layout.write(out_dir))

@@ -396,7 +396,7 @@ def test_queries_left_short_by_the_margin_are_mined_again_below_the_margin_alone
     assert alone.kept.equals(mined.kept.filter(pl.col(S.QUERY) == "q1"))
 
 
-def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch):
+def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch, tmp_path):
     retrieval, positives, cfg = deepening_case()
     whole = deepen.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
     monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)  # q1 deepens, q2 does not: rounds add up
@@ -405,6 +405,18 @@ def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch):
     assert batched.counts.sort(S.QUERY).equals(whole.counts.sort(S.QUERY))
     assert batched.rounds == whole.rounds and len(whole.rounds) == 2
     assert batched.skipped_above_ceiling == whole.skipped_above_ceiling == 2
+    assert batched.reasons == whole.reasons == mine.reason_counts(whole.dropped)
+    # Spilled: one part file per batch, scanned back in order as the same rows.
+    spilled = deepen.mine_pairs(
+        retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed, spill=tmp_path
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "dropped-00000.parquet",
+        "dropped-00001.parquet",
+    ]
+    assert isinstance(spilled.dropped, pl.LazyFrame)
+    assert spilled.dropped.collect().equals(whole.dropped)
+    assert spilled.kept.equals(whole.kept) and spilled.reasons == whole.reasons
 
 
 def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
@@ -476,6 +488,8 @@ def test_run_with_the_real_model_never_returns_a_copy_of_the_positive(tiny, enco
     assert (kept[S.SCORE] <= kept[S.POSITIVE_SCORE]).all()
     assert result.details["pairs_short"] == 0 and result.details["pairs"] == 4
     assert sum(result.dropped_by_reason.values()) == dropped.height
+    # the batches' spilled dropped rows are gone once their file is written
+    assert sorted(p.name for p in (folder / "mine").iterdir() if p.is_dir()) == []
 
 
 def test_run_is_byte_identical_whatever_the_click_order(tiny, encoder):
