@@ -49,8 +49,10 @@ _DEEPEN = 4  # each round looks this many times deeper for the queries still sho
 
 
 # Queries mined together: their candidate tables (~250 rows per pair at 10^6 listings) and the
-# filter's joins stay a few GB instead of growing with the log (22 GB at 190k queries at once).
-_QUERY_BATCH = 16_384
+# filter's joins are the stage's working set (22 GB at 190k queries at once). At 2e5 listings a
+# batch of 16,384 queries peaked at 4.6 GB and one of 4,096 at 2.5 GB in the same time
+# (benchmarks/RESULTS.md, "memory per stage").
+_QUERY_BATCH = 4_096
 
 
 def mine_pairs(
