@@ -157,27 +157,35 @@ _PAIR = [S.QUERY, S.POSITIVE_LISTING_ID]
 
 @dataclass(frozen=True)
 class MineScores:
-    """The scores in the mine stage's files, read once for the sections that use them:
-    ``kept`` / ``dropped`` rows (pair, score, and the reason of a dropped one) and one row per
-    (query, positive) with its ``positive_score``."""
+    """What the sections read of the mine stage's files: the ``kept`` rows (pair, score), the
+    dropped ``same_product`` rows, the scores of the rows dropped for ``other`` reasons, rows
+    dropped per reason, and one row per (query, positive) with its ``positive_score``. The
+    dropped file (~100 rows per pair, tens of millions at 10^6 listings) is scanned for these,
+    never read whole."""
 
     kept: pl.DataFrame
-    dropped: pl.DataFrame
+    same_product: pl.DataFrame
+    other: np.ndarray
+    reasons: dict[str, int]
     positives: pl.DataFrame
 
 
 def mine_scores(run_dir: Path) -> MineScores | None:
+    layout = RunLayout(run_dir)
     columns = [*_PAIR, S.SCORE, S.POSITIVE_SCORE]
-    kept = _read(RunLayout(run_dir).negatives, columns)
-    dropped = _read(RunLayout(run_dir).negatives_dropped, [*columns, S.REASON])
-    if kept is None or dropped is None:
+    kept = _read(layout.negatives, columns)
+    if kept is None or not layout.negatives_dropped.is_file():
         return None
-    # mine writes a pair's rows together: its first rows carry every pair (unique() below
-    # keeps this right for files in any order) without hashing tens of millions of rows.
-    starts = pl.any_horizontal(pl.col(c) != pl.col(c).shift() for c in _PAIR).fill_null(True)
-    firsts = [frame.select(*_PAIR, S.POSITIVE_SCORE).filter(starts) for frame in (kept, dropped)]
-    positives = pl.concat(firsts).unique(_PAIR).sort(_PAIR)
-    return MineScores(kept, dropped, positives)
+    dropped = pl.scan_parquet(layout.negatives_dropped).select(*columns, S.REASON)
+    is_same = pl.col(S.REASON) == "same_product"
+    counts = dropped.group_by(S.REASON).len().collect(engine="streaming")
+    reasons = dict(sorted(counts.with_columns(pl.col(S.REASON).cast(pl.String)).iter_rows()))
+    same = dropped.filter(is_same).select(columns).collect(engine="streaming")
+    other = dropped.filter(~is_same).select(S.SCORE).collect(engine="streaming")
+    firsts = dropped.select(*_PAIR, S.POSITIVE_SCORE).unique(_PAIR).collect(engine="streaming")
+    kept_firsts = kept.select(*_PAIR, S.POSITIVE_SCORE).unique(_PAIR)
+    positives = pl.concat([kept_firsts, firsts]).unique(_PAIR).sort(_PAIR)
+    return MineScores(kept, same, other[S.SCORE].to_numpy(), reasons, positives)
 
 
 def temperature_from_run(cfg: PairsieveConfig, mined: MineScores | None) -> dict[str, Any] | None:
@@ -185,11 +193,7 @@ def temperature_from_run(cfg: PairsieveConfig, mined: MineScores | None) -> dict
     and the negatives it kept."""
     if mined is None:
         return None
-    false = (
-        mined.dropped.filter(pl.col(S.REASON) == "same_product")
-        .group_by(_PAIR)
-        .agg(pl.col(S.SCORE).alias("_false"))
-    )
+    false = mined.same_product.group_by(_PAIR).agg(pl.col(S.SCORE).alias("_false"))
     true = mined.kept.group_by(_PAIR).agg(pl.col(S.SCORE).alias("_true"))
     rows = mined.positives.join(false, on=_PAIR, how="left").join(true, on=_PAIR, how="left")
     rows = rows.sort(_PAIR)
@@ -204,14 +208,10 @@ def temperature_from_run(cfg: PairsieveConfig, mined: MineScores | None) -> dict
 def hard_negatives_from_run(mined: MineScores | None) -> dict[str, Any] | None:
     if mined is None:
         return None
-    kept, dropped = mined.kept, mined.dropped
-    counts = dropped[S.REASON].value_counts()  # on the enum: no per-row string cast
-    reasons = dict(counts.with_columns(pl.col(S.REASON).cast(pl.String)).iter_rows())
-    is_same = pl.col(S.REASON) == "same_product"
-    same = dropped.filter(is_same)
+    kept, same = mined.kept, mined.same_product
     figures = {
         "negatives_kept": kept.height,
-        "candidates_dropped": dropped.height,
+        "candidates_dropped": sum(mined.reasons.values()),
         "same_product_dropped": same.height,
         # of the candidates a product-blind miner could have kept (kept + same-product), the share
         # that was the positive's product
@@ -221,9 +221,9 @@ def hard_negatives_from_run(mined: MineScores | None) -> dict[str, Any] | None:
         "positives": mined.positives[S.POSITIVE_SCORE].to_numpy(),
         "kept negatives": kept[S.SCORE].to_numpy(),
         "dropped: same product": same[S.SCORE].to_numpy(),
-        "dropped: other reasons": dropped.filter(~is_same)[S.SCORE].to_numpy(),
+        "dropped: other reasons": mined.other,
     }
-    return R.hard_negatives_section(figures, reasons, scores)
+    return R.hard_negatives_section(figures, mined.reasons, scores)
 
 
 def quality_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
