@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import polars as pl
 
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
@@ -101,7 +102,7 @@ class PairInputs:
     b: np.ndarray  # int64 node index
     jaccard: np.ndarray  # float64, `match.jaccard`
     shared_code: np.ndarray  # bool, `match.compare_codes` shared and not conflicting
-    signal: list[str]  # proposing signals, "code+minhash"
+    signal: pl.Series | list[str]  # proposing signals, "code+minhash"
     cosine: np.ndarray  # float64
     best: np.ndarray | None = None  # (n,) `best_cosines` over all candidates; None: these pairs
 
@@ -128,7 +129,8 @@ def pair_features(
     shared = _shared_weights(words, a, b, weights)
     ta, tb = totals[a], totals[b]
     has_codes = np.array([bool(x.codes or x.joined) for x in attrs], dtype=bool)
-    signal = np.asarray(pairs.signal, dtype=str)
+    # Matched in polars: a numpy string array of the signals is ~130 bytes a pair.
+    signal = pl.Series(pairs.signal, dtype=pl.String).str
     out = {
         "jaccard": pairs.jaccard,
         "idf_jaccard": _ratio(shared[:, 1], ta[:, 1] + tb[:, 1] - shared[:, 1], 1.0),
@@ -141,8 +143,8 @@ def pair_features(
         "shared_code": pairs.shared_code,
         "codes_both": has_codes[a] & has_codes[b],
         "codes_one": has_codes[a] ^ has_codes[b],
-        "signal_code": np.char.find(signal, "code") >= 0,
-        "signal_minhash": np.char.find(signal, "minhash") >= 0,
+        "signal_code": signal.contains("code", literal=True).to_numpy(),
+        "signal_minhash": signal.contains("minhash", literal=True).to_numpy(),
     }
     best = pairs.best if pairs.best is not None else best_cosines(len(attrs), a, b, pairs.cosine)
     out["cosine"] = pairs.cosine

@@ -206,7 +206,7 @@ class _AttributeColumns:
 
 
 _PAIR_CHUNK = 1 << 20
-_VERIFY_CHUNK = 1 << 22  # candidates verified at a time: progress to show, and a bounded peak
+_VERIFY_CHUNK = 1 << 20  # candidates verified at a time: progress to show, and a bounded peak
 _REASONS: tuple[str | None, ...] = (
     None,
     "low_information",
@@ -335,7 +335,7 @@ def _verify_chunk(
     reasons = pl.Series(S.VETO_REASON, names, dtype=pl.String).gather(reason)
     learned = uses_learned_verifier(cfg) and cosine is not None
     if cosine is not None and (learned or features is not None):
-        signals = candidates[S.SIGNAL].to_list()
+        signals = candidates[S.SIGNAL]
         pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, shared_by_chunks.best)
         probability = _learned_probability(columns, pairs, {} if features is None else features)
     if learned:
