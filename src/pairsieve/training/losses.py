@@ -79,6 +79,18 @@ def product_labels(labels: Tensor | None, batch_size: int, columns: int, loss_na
     return labels.to(dtype=torch.long)
 
 
+def split_batch(
+    embeddings: list[Tensor], labels: Tensor | None, loss_name: str
+) -> tuple[Tensor, list[Tensor], Tensor]:
+    """(anchors, document columns, product ids on the anchors' device) of an embedded batch,
+    or a ValueError naming what is missing."""
+    if len(embeddings) < 2:
+        raise ValueError(f"Expected at least 2 embeddings, got {len(embeddings)}")
+    queries, docs = embeddings[0], embeddings[1:]
+    labels = product_labels(labels, queries.size(0), len(docs), loss_name)
+    return queries, docs, labels.to(device=queries.device)
+
+
 class _ScaleMixin:
     """The scale of a masked loss: a fixed float, or a `LearnedScale` trained with the model."""
 
@@ -134,12 +146,8 @@ class MaskedMultipleNegativesRankingLoss(_ScaleMixin, MultipleNegativesRankingLo
         Raises:
             ValueError: labels missing or not (batch, number of candidate columns).
         """
-        if len(embeddings) < 2:
-            raise ValueError(f"Expected at least 2 embeddings, got {len(embeddings)}")
-        queries, docs = embeddings[0], embeddings[1:]
+        queries, docs, labels = split_batch(embeddings, labels, type(self).__name__)
         batch_size = queries.size(0)
-        labels = product_labels(labels, batch_size, len(docs), type(self).__name__)
-        labels = labels.to(device=queries.device)
         offset = 0
         if self.gather_across_devices:
             docs = [all_gather_with_grad(doc) for doc in docs]
@@ -267,12 +275,8 @@ class MaskedQueueRankingLoss(MaskedMultipleNegativesRankingLoss):
         Raises:
             ValueError: labels missing or not (batch, number of candidate columns).
         """
-        if len(embeddings) < 2:
-            raise ValueError(f"Expected at least 2 embeddings, got {len(embeddings)}")
-        queries, docs = embeddings[0], embeddings[1:]
+        queries, docs, labels = split_batch(embeddings, labels, type(self).__name__)
         batch_size = queries.size(0)
-        labels = product_labels(labels, batch_size, len(docs), type(self).__name__)
-        labels = labels.to(device=queries.device)
         batch_docs = torch.cat(docs, dim=0)
         batch_products = labels.T.reshape(-1)
         candidates, candidate_products = batch_docs, batch_products
