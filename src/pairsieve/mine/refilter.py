@@ -90,14 +90,14 @@ def with_reused(
     reused: pl.Series,
     counts: pl.DataFrame,
     kept: pl.DataFrame,
-    dropped: pl.DataFrame,
+    dropped: pl.DataFrame | pl.LazyFrame,
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.LazyFrame, dict[str, int]]:
     """This build's (candidate counts, kept, dropped) with the reused queries' previous rows
     added, in the order a full build writes them, and the reused rows' drop reasons counted.
     The dropped rows come back as a plan that streams the previous file's reused rows into the
     merge as it is written: at 10^6 listings they are ~45 M rows, ~10 GB in memory."""
     old_kept, old_dropped = state.lazy_rows_of(reused)
-    old_kept = old_kept.collect()
+    old_kept, dropped = old_kept.collect(), dropped.lazy()
     per_query = old_dropped.group_by(S.QUERY, S.REASON).len("_rows").collect()
     # A query's every pair saw all its candidates, and each (pair, candidate) row is in one of
     # the two files (the previous build checked that identity): rows / pairs = candidates.
@@ -114,6 +114,6 @@ def with_reused(
     return (
         pl.concat([counts, old_counts.cast(counts.schema)]),
         kept.merge_sorted(old_kept.select(kept.columns), key=S.QUERY),
-        pl.merge_sorted([dropped.lazy(), old_dropped.select(dropped.columns)], key=S.QUERY),
+        pl.merge_sorted([dropped, old_dropped.select(dropped.collect_schema().names())], S.QUERY),
         {str(reason): int(n) for reason, n in reasons.iter_rows()},
     )

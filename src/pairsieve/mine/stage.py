@@ -48,9 +48,9 @@ from pairsieve.core import io
 from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
-from pairsieve.mine.deepen import COUNT, mine_pairs
+from pairsieve.mine.deepen import COUNT, Mined, mine_pairs
 from pairsieve.mine.filters import REASONS, reason_counts
-from pairsieve.mine.refilter import refilter, with_reused
+from pairsieve.mine.refilter import Refiltered, refilter, with_reused
 from pairsieve.mine.retrieval import build_retrieval, embed_inputs, positive_table
 from pairsieve.mine.reuse import PreviousMining, ReusePlan
 from pairsieve.text import attributes as text
@@ -198,13 +198,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs and where its dropped rows
     retrieval = build_retrieval(embedded.without(settled), cfg, state.ivf if state else None)
     to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
     mined = mine_pairs(retrieval, to_mine, info, cfg.mine, cfg.seed, spill)
-    counts, kept, dropped, reasons = mined.counts, mined.kept, mined.dropped, mined.reasons
-    if refiltered is not None:  # both sorted by (query, positive, rank), no query in both
-        counts = pl.concat([counts, refiltered.counts])
-        kept = kept.merge_sorted(refiltered.kept, key=S.QUERY)
-        dropped = dropped.merge_sorted(refiltered.dropped.lazy(), key=S.QUERY)
-        again = reason_counts(refiltered.dropped)
-        reasons = {r: reasons.get(r, 0) + again.get(r, 0) for r in REASONS}
+    counts, kept, dropped, reasons = _with_refiltered(mined, refiltered)
     if state is not None:
         counts, kept, dropped, reused = with_reused(state, plan.reused, counts, kept, dropped)
         reasons = {r: reasons.get(r, 0) + reused.get(r, 0) for r in REASONS}
@@ -230,6 +224,21 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs and where its dropped rows
     }
     layout = knn.layout_of(retrieval.index, embedded.listing_keys)  # embed_inputs sets the keys
     return _Rows(counts, kept, dropped, reasons, timings, details, layout)
+
+
+def _with_refiltered(mined: Mined, refiltered: Refiltered | None) -> tuple:
+    """(counts, kept, dropped, reasons) of the mined queries and the refiltered ones; both sides
+    are sorted by (query, positive, rank) and share no query."""
+    counts, kept, dropped, reasons = mined.counts, mined.kept, mined.dropped, mined.reasons
+    if refiltered is None:
+        return counts, kept, dropped, reasons
+    again = reason_counts(refiltered.dropped)
+    return (
+        pl.concat([counts, refiltered.counts]),
+        kept.merge_sorted(refiltered.kept, key=S.QUERY),
+        dropped.lazy().merge_sorted(refiltered.dropped.lazy(), key=S.QUERY),
+        {r: reasons.get(r, 0) + again.get(r, 0) for r in REASONS},
+    )
 
 
 _SPILL = "_dropped-parts"  # the batches' dropped rows until negatives_dropped.parquet is written
