@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pairsieve.cli import app
+from pairsieve.experiment.arms import ARMS
 from pairsieve.schemas import TRUE_PRODUCT_ID
 from tests.paths import SAMPLE_DIR
 from tests.system.test_pipeline import _cfg, _run_steps, _slice
@@ -37,10 +38,10 @@ def experiment(*args: str):
 
 
 def toy_experiment(build: Path, out: Path):
-    """Every arm at τ 0.05 and learned, one seed, two steps."""
+    """Every arm (those run on request too) at τ 0.05 and learned, one seed, two steps."""
     return experiment(
         "--run", str(build), "--out", str(out), "--truth-column", TRUE_PRODUCT_ID,
-        "--taus", "0.05,learned", *TOY,
+        "--arms", ",".join(ARMS), "--taus", "0.05,learned", *TOY,
     )  # fmt: skip
 
 

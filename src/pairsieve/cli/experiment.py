@@ -39,7 +39,10 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
     ] = None,
     arms: Annotated[
         str | None,
-        typer.Option("--arms", help="Comma-separated arms [all; oracle only with a truth column]."),
+        typer.Option(
+            "--arms",
+            help="Comma-separated arms [all but pairsieve-queue; oracle only with a truth column].",
+        ),
     ] = None,
     taus: Annotated[str, typer.Option("--taus", help="Temperatures, e.g. 0.1,0.05,learned.")] = (
         "0.05"
@@ -60,11 +63,11 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
 ) -> None:
     """Train the bundled encoder under each arm; held-out recall, nDCG and MRR at 10 with paired
     bootstrap intervals into OUT/results.json and OUT/report.html."""
-    from pairsieve.experiment.arms import ARMS
+    from pairsieve.experiment.arms import ARMS, default_arms
     from pairsieve.experiment.runner import run as run_experiment
     from pairsieve.experiment.settings import Settings
 
-    chosen = _names(arms) if arms else tuple(a for a in ARMS if truth_column or a != "oracle")
+    chosen = _names(arms) if arms else default_arms(truth_column is not None)
     unknown = sorted(set(chosen) - set(ARMS))
     if unknown:
         raise PairsieveError("bad_option", f"unknown arm(s) {unknown}; arms are {', '.join(ARMS)}")

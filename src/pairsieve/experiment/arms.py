@@ -9,7 +9,9 @@
 * `pairsieve`: the build's shards, `ProductDisjointBatchSampler`, the masked loss.
 * `pairsieve-queue`: the same with a memory queue of earlier batches' documents as more
   negatives, copies of the positive's product masked there too (`MaskedQueueRankingLoss`):
-  whether more negatives pay at a small batch.
+  whether more negatives pay at a small batch. Run on request only: on a catalog whose copies
+  the product ids miss, the queue brings more of them in, and it cost Altosight 0.023
+  recall@10 (benchmarks/RESULTS.md).
 * `shards-stock`: the build's shards with the stock loss and random batches: what the shards
   alone buy a team that changes nothing in its trainer, and what separates pairsieve's
   negatives from its batching and mask.
@@ -42,6 +44,7 @@ from pairsieve.training import (
 
 ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "pairsieve-queue", "shards-stock", "oracle")
 LEARNED = "learned"
+ON_REQUEST = ("pairsieve-queue",)  # not among the default arms
 QUEUE_SIZE = 1024  # the documents of 8 earlier batches of 64 rows with one negative each
 ST_BEST_RELATIVE_MARGIN = 0.05
 MINED_ARMS = {"naive": None, "st-best": ST_BEST_RELATIVE_MARGIN}  # arm -> miner's margin
@@ -54,6 +57,12 @@ class Recipe:
     dataset: Any  # datasets.Dataset
     loss: Any  # a sentence-transformers loss module
     batch_sampler: Any  # a BatchSamplers value or a sampler class
+
+
+def default_arms(truth: bool) -> tuple[str, ...]:
+    """The arms an experiment runs unless told: all but those run on request, and `oracle` only
+    with a truth column."""
+    return tuple(a for a in ARMS if a not in ON_REQUEST and (truth or a != "oracle"))
 
 
 def supports(arm: str, tau: float | str) -> bool:
