@@ -39,10 +39,7 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
     ] = None,
     arms: Annotated[
         str | None,
-        typer.Option(
-            "--arms",
-            help="Comma-separated arms [all but pairsieve-queue; oracle only with a truth column].",
-        ),
+        typer.Option("--arms", help="Comma-separated arms [all but pairsieve-queue; see README]."),
     ] = None,
     taus: Annotated[str, typer.Option("--taus", help="Temperatures, e.g. 0.1,0.05,learned.")] = (
         "0.05"
