@@ -26,14 +26,12 @@ import time
 from pathlib import Path
 
 import psutil
+from build import STAGES, run_stage
 
 from pairsieve.config import load_config, parse_override
 from pairsieve.datasets import synth
-from pairsieve.orchestration import steps
-from pairsieve.vectors.embed import embed_partition
 
 INTERVAL_S = 0.1
-STAGES = ("ingest", "embed", "cluster", "mine", "shards", "report")
 
 
 class Sampler(threading.Thread):
@@ -48,20 +46,6 @@ class Sampler(threading.Thread):
         while True:
             self.samples.append((time.perf_counter(), process.memory_info().rss))
             time.sleep(INTERVAL_S)
-
-
-def run_stage(stage: str, cfg, data: Path, run_dir: Path) -> None:
-    if stage == "ingest":
-        steps.ingest_step(
-            cfg, [str(data / "clicks.parquet")], [str(data / "catalog.parquet")], run_dir
-        )
-    elif stage == "embed":
-        for path in steps.embedding_partitions(cfg, run_dir):
-            embed_partition(path, cfg)
-        steps.clear_embedding_partitions(run_dir)
-    else:
-        step = {"cluster": steps.cluster_step, "mine": steps.mine_step}.get(stage)
-        (step or getattr(steps, f"{stage}_step"))(cfg, run_dir)
 
 
 def measure_stage(stage: str, cfg, data: Path, run_dir: Path) -> dict:

@@ -79,7 +79,7 @@ def product_labels(labels: Tensor | None, batch_size: int, columns: int, loss_na
     return labels.to(dtype=torch.long)
 
 
-def split_batch(
+def _split_batch(
     embeddings: list[Tensor], labels: Tensor | None, loss_name: str
 ) -> tuple[Tensor, list[Tensor], Tensor]:
     """(anchors, document columns, product ids on the anchors' device) of an embedded batch,
@@ -146,7 +146,7 @@ class MaskedMultipleNegativesRankingLoss(_ScaleMixin, MultipleNegativesRankingLo
         Raises:
             ValueError: labels missing or not (batch, number of candidate columns).
         """
-        queries, docs, labels = split_batch(embeddings, labels, type(self).__name__)
+        queries, docs, labels = _split_batch(embeddings, labels, type(self).__name__)
         batch_size = queries.size(0)
         offset = 0
         if self.gather_across_devices:
@@ -275,7 +275,7 @@ class MaskedQueueRankingLoss(MaskedMultipleNegativesRankingLoss):
         Raises:
             ValueError: labels missing or not (batch, number of candidate columns).
         """
-        queries, docs, labels = split_batch(embeddings, labels, type(self).__name__)
+        queries, docs, labels = _split_batch(embeddings, labels, type(self).__name__)
         batch_size = queries.size(0)
         batch_docs = torch.cat(docs, dim=0)
         batch_products = labels.T.reshape(-1)
