@@ -221,6 +221,11 @@ class ClusterConfig(Section):
 
 
 MARGIN_LOOKAHEAD = 4  # candidates judged inside the margin per negative wanted (see below)
+# Queries mined together: their candidate tables (~250 rows per pair at 10^6 listings) and the
+# filter's joins are mining's working set (22 GB at 190k queries at once). At 2e5 listings a
+# batch of 16,384 queries peaked at 4.6 GB and one of 4,096 at 2.5 GB in the same time
+# (benchmarks/RESULTS.md, "memory per stage").
+MINE_QUERY_BATCH = 4_096
 
 
 class MineConfig(Section):
@@ -341,6 +346,15 @@ class RunnerConfig(Section):
         None, description="Dask scheduler or Ray cluster address; None starts a local one."
     )
     workers: int = Field(2, ge=1, description="Local workers (threads or processes).")
+    mine_partition_queries: int = Field(
+        16_384,
+        ge=MINE_QUERY_BATCH,
+        multiple_of=MINE_QUERY_BATCH,
+        description="Distinct queries per mapped mining task (a multiple of "
+        f"{MINE_QUERY_BATCH:,}, the batch mining scores at once, so that any partition size "
+        "gives the same bytes). Each task holds the listings' index and one batch's "
+        "candidates; smaller partitions spread a small log over more workers.",
+    )
     progress_every_s: float = Field(
         30.0,
         ge=0,

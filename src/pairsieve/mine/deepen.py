@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.config import MineConfig
+from pairsieve.config import MINE_QUERY_BATCH, MineConfig
 from pairsieve.core import io, progress
 from pairsieve.mine.filters import (
     filter_candidates,
@@ -48,11 +49,7 @@ class Mined:
 _DEEPEN = 4  # each round looks this many times deeper for the queries still short
 
 
-# Queries mined together: their candidate tables (~250 rows per pair at 10^6 listings) and the
-# filter's joins are the stage's working set (22 GB at 190k queries at once). At 2e5 listings a
-# batch of 16,384 queries peaked at 4.6 GB and one of 4,096 at 2.5 GB in the same time
-# (benchmarks/RESULTS.md, "memory per stage").
-_QUERY_BATCH = 4_096
+_QUERY_BATCH = MINE_QUERY_BATCH
 
 
 def mine_pairs(
@@ -63,7 +60,24 @@ def mine_pairs(
     seed: int,
     spill: Path | None = None,
 ) -> Mined:
-    """Mine every query's pairs, looking only as deep as each query needs.
+    """Mine every query's pairs in this process (`mine_span` over all queries), with progress."""
+    n = len(retrieval.queries)
+    with progress.step("mining hard negatives", n, "queries") as counter:
+        return mine_span(retrieval, (0, n), positives, products, cfg, seed, spill, counter.advance)
+
+
+def mine_span(  # noqa: PLR0913 - the span's inputs, where its dropped rows go, what it reports to
+    retrieval: Retrieval,
+    span: tuple[int, int],
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: MineConfig,
+    seed: int,
+    spill: Path | None = None,
+    advance: Callable[[int], None] | None = None,
+) -> Mined:
+    """Mine the pairs of the queries at rows ``span`` = (lo, hi) of ``retrieval.queries``,
+    looking only as deep as each query needs.
 
     Round one filters the top ``search_depth`` listings of every query. A query with a pair left
     short of ``num_negatives`` is mined again from its top ``search_depth`` plus its best
@@ -72,36 +86,60 @@ def mine_pairs(
     mostly because its weakly matched positive puts hundreds of listings inside the margin
     (PriceRunner's derived log: half the queries have 188+); stepping over them keeps the
     candidate table small. Each query's result depends on its own pairs only, so the queries
-    (sorted) are mined in batches of `_QUERY_BATCH` and the batches' sorted rows concatenate
-    into sorted tables. With ``spill`` (an existing folder), each batch's dropped rows are
-    written there and released, and ``dropped`` scans the part files in batch order.
+    (sorted) are mined in batches of `_QUERY_BATCH` that start at multiples of it, and the
+    batches' sorted rows concatenate into sorted tables: spans that start at such a multiple
+    give the rows of one span over them all. With ``spill`` (an existing folder), each batch's
+    dropped rows are written there (named by the batch's first row) and released, and
+    ``dropped`` scans the part files in batch order.
     """
-    n = len(retrieval.queries)
-    batches, parts, reasons = [], [], Counter()
-    with progress.step("mining hard negatives", n, "queries") as counter:
-        for start in range(0, max(n, 1), _QUERY_BATCH):
-            rows = np.arange(start, min(start + _QUERY_BATCH, n))
-            batch = _mine_batch(retrieval, rows, positives, products, cfg, seed)
-            reasons.update(batch.reasons)
-            if spill is not None:
-                part = spill / f"dropped-{len(parts):05d}.parquet"
-                parts.append(io.write_parquet(batch.dropped, part))
-                batch = replace(batch, dropped=None)
-            batches.append(batch)
-            counter.advance(len(rows))
+    edges = batch_edges(span)
+    batches = []
+    for start, end in zip(edges[:-1], edges[1:], strict=True):
+        rows = np.arange(start, end)
+        batch = _mine_batch(retrieval, rows, positives, products, cfg, seed)
+        if spill is not None:
+            part = io.write_parquet(batch.dropped, dropped_part(spill, start))
+            batch = replace(batch, dropped=pl.scan_parquet(part))
+        batches.append(batch)
+        if advance is not None:
+            advance(len(rows))
+    return combine(batches)
+
+
+def batch_edges(span: tuple[int, int]) -> list[int]:
+    """Where the batches of ``span`` = (lo, hi) start, and hi: at lo and at the multiples of
+    `_QUERY_BATCH` inside it (one empty batch when the span is empty)."""
+    lo, hi = span
+    return [lo, *range(lo - lo % _QUERY_BATCH + _QUERY_BATCH, hi, _QUERY_BATCH), max(lo, hi)]
+
+
+def dropped_part(spill: Path, start: int) -> Path:
+    """The file of the dropped rows of the batch that starts at query row ``start``."""
+    return spill / f"dropped-{start:010d}.parquet"
+
+
+def combine(parts: list[Mined]) -> Mined:
+    """Results of disjoint runs of sorted queries, in query order, as one: the tables
+    concatenate (dropped rows stay a lazy scan when any part's are), the rounds and counts
+    add up."""
     rounds: list[dict[str, int]] = []
-    for batch in batches:
-        for number, entry in enumerate(batch.rounds):
+    for part in parts:
+        for number, entry in enumerate(part.rounds):
             if number == len(rounds):
                 rounds.append({**entry, "queries": 0, "short": 0})
             rounds[number]["queries"] += entry["queries"]
             rounds[number]["short"] += entry["short"]
+    dropped = [part.dropped for part in parts]
+    lazy = any(isinstance(frame, pl.LazyFrame) for frame in dropped)
+    reasons: Counter[str] = Counter()
+    for part in parts:
+        reasons.update(part.reasons)
     return Mined(
-        pl.concat([b.counts for b in batches]),
-        pl.concat([b.kept for b in batches]),
-        pl.scan_parquet(parts) if parts else pl.concat([b.dropped for b in batches]),
+        pl.concat([part.counts for part in parts]),
+        pl.concat([part.kept for part in parts]),
+        pl.concat([frame.lazy() for frame in dropped]) if lazy else pl.concat(dropped),
         rounds,
-        sum(b.skipped_above_ceiling for b in batches),
+        sum(part.skipped_above_ceiling for part in parts),
         dict(reasons),
     )
 

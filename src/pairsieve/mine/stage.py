@@ -48,7 +48,8 @@ from pairsieve.core import io
 from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
-from pairsieve.mine.deepen import COUNT, Mined, mine_pairs
+from pairsieve.mine import partitions
+from pairsieve.mine.deepen import COUNT, Mined
 from pairsieve.mine.filters import REASONS, reason_counts
 from pairsieve.mine.refilter import Refiltered, refilter, with_reused
 from pairsieve.mine.retrieval import build_retrieval, embed_inputs, positive_table
@@ -168,7 +169,7 @@ class _Rows:
     layout: knn.IvfLayout | None
 
 
-def _mine_rows(  # noqa: PLR0913 - the stage's inputs and where its dropped rows go
+def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go, the map
     cfg: PairsieveConfig,
     pairs: pl.DataFrame,
     listings: pl.DataFrame,
@@ -176,10 +177,12 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs and where its dropped rows
     encoder: Encoder,
     previous: tuple[PreviousMining, int] | None,
     spill: Path,
+    map_spans: partitions.MapSpans | None,
 ) -> _Rows:
     """Mine the clicked ``pairs``: queries whose inputs did not change keep the previous build's
     rows, queries that only gained clicks or were regrouped are refiltered, the rest are mined.
-    The dropped rows come back as a scan of part files in ``spill``, read until written."""
+    The queries to mine are mapped in partitions with ``map_spans`` (`mine.partitions`). The
+    dropped rows come back as a scan of part files in ``spill``, read until written."""
     none = pl.Series(S.QUERY, [], dtype=pl.String)
     plan, state = ReusePlan(none, none), None
     if previous is not None:
@@ -197,13 +200,13 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs and where its dropped rows
     settled = none if refiltered is None else refiltered.queries
     retrieval = build_retrieval(embedded.without(settled), cfg, state.ivf if state else None)
     to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
-    mined = mine_pairs(retrieval, to_mine, info, cfg.mine, cfg.seed, spill)
+    mined, mapped = partitions.mine_mapped(retrieval, to_mine, info, cfg, spill, map_spans)
     counts, kept, dropped, reasons = _with_refiltered(mined, refiltered)
     if state is not None:
         counts, kept, dropped, reused = with_reused(state, plan.reused, counts, kept, dropped)
         reasons = {r: reasons.get(r, 0) + reused.get(r, 0) for r in REASONS}
-    retrieval_s = retrieval.info["search_s"] + retrieval.info["index_s"]
     details: dict[str, Any] = {
+        "partitions": mapped["partitions"],
         "skipped_above_ceiling": mined.skipped_above_ceiling,
         "retrieval_rounds": mined.rounds,
         "index": retrieval.info["index"],
@@ -216,11 +219,15 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs and where its dropped rows
             "queries_refiltered": settled.len(),
             "queries_mined": to_mine[S.QUERY].n_unique(),
         }
+    # Search and filter seconds are summed over the partitions (they overlap on several
+    # workers); the rest of the filtering (refilter, reuse) runs here.
+    outside = time.perf_counter() - started - retrieval.info["index_s"] - mapped["wall_s"]
     timings = {
         "embed_s": embedded.stats["embed_s"],
         "index_s": round(retrieval.info["index_s"], 3),
-        "search_s": round(retrieval.info["search_s"], 3),
-        "filter_s": round(time.perf_counter() - started - retrieval_s, 3),
+        "search_s": round(mapped["search_s"], 3),
+        "filter_s": round(mapped["filter_s"] + outside, 3),
+        "mine_wall_s": round(mapped["wall_s"], 3),
     }
     layout = knn.layout_of(retrieval.index, embedded.listing_keys)  # embed_inputs sets the keys
     return _Rows(counts, kept, dropped, reasons, timings, details, layout)
@@ -257,12 +264,15 @@ def run(
     *,
     encoder: Encoder | None = None,
     previous: tuple[PreviousMining, int] | None = None,
+    map_spans: partitions.MapSpans | None = None,
 ) -> StageResult:
     """Mine hard negatives for every clicked (query, listing) pair into ``out_dir``.
 
     Writes `negatives.parquet` and `negatives_dropped.parquet` (see `filter_candidates`). With
     ``previous`` = (the previous build's mining, this build's number), the queries whose inputs
-    did not change keep their rows from it (`mine.reuse`).
+    did not change keep their rows from it (`mine.reuse`). ``map_spans`` runs the partitions of
+    the queries to mine (default: one after the other in this process; a build maps them on its
+    task runner).
 
     Raises:
         PairsieveError: ``missing_file``, ``missing_column`` or ``unknown_listing``.
@@ -278,7 +288,7 @@ def run(
     spill = out_dir / _SPILL
     spill.mkdir(parents=True, exist_ok=True)
     try:
-        rows = _mine_rows(cfg, pairs, listings_df, products_df, encoder, previous, spill)
+        rows = _mine_rows(cfg, pairs, listings_df, products_df, encoder, previous, spill, map_spans)
         io.write_parquet(rows.kept, out_dir / S.NEGATIVES_FILE)
         io.write_parquet(rows.dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
     finally:

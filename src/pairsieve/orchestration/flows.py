@@ -21,6 +21,7 @@ from pairsieve.core.contract import StageResult
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.memory import watch
 from pairsieve.errors import PairsieveError
+from pairsieve.mine.partitions import Span, SpanResult, mine_partition
 from pairsieve.orchestration import publish, steps
 from pairsieve.orchestration.progress import ProgressArtifacts
 from pairsieve.vectors.embed import EmbedStats, embed_partition
@@ -72,7 +73,13 @@ def cluster_task(
 
 @task(name="mine", **_TASK_OPTIONS)
 def mine_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> StageResult:
-    return steps.mine_step(cfg, run_dir, Path(previous) if previous else None)
+    previous_build = Path(previous) if previous else None
+    return steps.mine_step(cfg, run_dir, previous_build, map_spans=_mine_on_runner)
+
+
+@task(name="mine-partition", **_TASK_OPTIONS)
+def mine_partition_task(plan: str, span: Span, cfg: PairsieveConfig) -> SpanResult:
+    return mine_partition(plan, span, cfg)
 
 
 @task(name="shards", **_TASK_OPTIONS)
@@ -147,16 +154,33 @@ def embed_partitions(partitions: list[str], cfg: PairsieveConfig) -> list[EmbedS
     runs on the task runner the config names while `build` itself stays importable by module
     path). Its parameters are paths: Prefect's API refuses flow-run parameters over 512 KB.
     Progress counts texts as each partition finishes, in whatever order they do."""
-    from prefect.futures import as_completed
-
     sizes = steps.partition_sizes(partitions)
     futures = embed_partition_task.map(partitions, unmapped(cfg))
-    with progress.step("embedding texts", sum(sizes), "texts") as counter:
+    return _counting(futures, sizes, "embedding texts", "texts")
+
+
+def _counting(futures: Any, sizes: list[int], name: str, unit: str) -> list[Any]:
+    """The mapped tasks' results, the step ``name`` advanced by each task's size as it ends."""
+    from prefect.futures import as_completed
+
+    with progress.step(name, sum(sizes), unit) as counter:
         size_of = {f.task_run_id: size for f, size in zip(futures, sizes, strict=True)}
         for future in as_completed(futures):
             future.result()
             counter.advance(size_of[future.task_run_id])
     return futures.result()
+
+
+@flow(name="mine-partitions")
+def mine_partitions(plan: str, spans: list[Span], cfg: PairsieveConfig) -> list[SpanResult]:
+    """Mine the partitions of the queries, one mapped task per span of sorted queries (a
+    subflow, so that it runs on the configured task runner); progress counts partitions."""
+    futures = mine_partition_task.map(unmapped(plan), spans, unmapped(cfg))
+    return _counting(futures, [1] * len(spans), "mining hard negatives", "partitions")
+
+
+def _mine_on_runner(plan: str, spans: list[Span], cfg: PairsieveConfig) -> list[SpanResult]:
+    return mine_partitions.with_options(task_runner=task_runner_for(cfg.runner))(plan, spans, cfg)
 
 
 def _as_list(paths: str | list[str]) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pairsieve import schemas as S
 from pairsieve.cluster.reuse import PreviousClustering
@@ -26,6 +26,9 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.mine.reuse import PreviousMining
 from pairsieve.vectors.embed import Encoder, shared_encoder
+
+if TYPE_CHECKING:
+    from pairsieve.mine.partitions import MapSpans
 
 UPSTREAM: dict[str, tuple[str, ...]] = {
     "ingest": (),
@@ -184,11 +187,17 @@ def _run_downstream(
     return run_stage(stage, run_dir, cfg.section_hash(stage), fingerprint, body)
 
 
-def mine_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None) -> StageResult:
+def mine_step(
+    cfg: PairsieveConfig,
+    run_dir: Path,
+    previous: Path | None = None,
+    map_spans: MapSpans | None = None,
+) -> StageResult:
     """Mine hard negatives that never share the positive's product into `run_dir/mine/`.
 
     With ``previous`` (the last published build) unchanged queries keep its negatives
-    (`mine.reuse`).
+    (`mine.reuse`). ``map_spans`` runs the partitions of the queries (`mine.partitions`;
+    default: one after the other here).
     """
     from pairsieve.core.io import sha256_file
     from pairsieve.mine import stage as mine
@@ -204,7 +213,14 @@ def mine_step(cfg: PairsieveConfig, run_dir: Path, previous: Path | None = None)
         reuse = None
         if state is not None:
             reuse = (state, load_result(layout.stage_dir("cluster")).details["build_number"])
-        result = mine.run(cfg, mine.Inputs.of(layout), tmp, encoder=_encoder(cfg), previous=reuse)
+        result = mine.run(
+            cfg,
+            mine.Inputs.of(layout),
+            tmp,
+            encoder=_encoder(cfg),
+            previous=reuse,
+            map_spans=map_spans,
+        )
         if why_not is not None:
             result = replace(
                 result, details={**result.details, "incremental": {"why_not": why_not}}

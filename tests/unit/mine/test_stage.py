@@ -411,8 +411,8 @@ def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch, tmp_pa
         retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed, spill=tmp_path
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "dropped-00000.parquet",
-        "dropped-00001.parquet",
+        "dropped-0000000000.parquet",
+        "dropped-0000000001.parquet",
     ]
     assert isinstance(spilled.dropped, pl.LazyFrame)
     assert spilled.dropped.collect().equals(whole.dropped)
