@@ -20,7 +20,7 @@ STEPS = {
     "computing MinHash signatures": "texts",
     "finding nearest titles": "titles",
     "verifying candidate pairs": "pairs",
-    "mining hard negatives": "queries",
+    "mining hard negatives": "partitions",
     "writing train shards": "rows",
 }
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

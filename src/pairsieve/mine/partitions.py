@@ -1,22 +1,17 @@
-"""Mining as a map over partitions of the sorted queries, so it can run on many workers.
+"""Mining as a map over partitions of the sorted queries (`core.partitions`).
 
 The stage writes a plan (the listings' index and vectors, the queries' vectors, the positives and
-the listing → product map) into its folder; each partition is a pure function of the plan and a
-span of query rows that writes its rows next to it. The same plan runs on any map: one after the
-other in this process, on a thread runner, or on Dask or Ray workers that share the folder.
-
-Spans start at multiples of `MINE_QUERY_BATCH` and a span is mined batch by batch exactly as one
-span over all queries would be (`deepen.mine_span`), with a fixed thread count for the scores
-(`vectors.threads`): the rows are the same bytes whatever the partition size, the runner or the
-number of workers.
+the listing -> product map); each partition mines a span of query rows and writes its rows next
+to it. Spans start at multiples of `MINE_QUERY_BATCH` and a span is mined batch by batch exactly
+as one span over all queries would be (`deepen.mine_span`), with a fixed thread count for the
+scores (`vectors.threads`): the rows are the same bytes whatever the partition size, the runner
+or the number of workers.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,12 +22,14 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
-from pairsieve.core import io, progress
+from pairsieve.core import io
+from pairsieve.core import partitions as parts
+from pairsieve.core.partitions import MapSpans, Span
 from pairsieve.mine.deepen import Mined, batch_edges, combine, dropped_part, mine_span
 from pairsieve.mine.retrieval import Retrieval
 from pairsieve.vectors.threads import fixed_threads
 
-Span = tuple[int, int]
+STEP = "mining hard negatives"
 
 
 @dataclass(frozen=True)
@@ -59,9 +56,7 @@ class Plan:
         io.write_parquet(self.positives, folder / "positives.parquet")
         io.write_parquet(self.products, folder / "products.parquet")
         io.write_json(r.info, folder / "info.json")
-        with _loaded_lock:
-            _loaded.clear()
-            _loaded[str(folder)] = self
+        parts.hold(folder, self)
         return folder
 
     @staticmethod
@@ -77,30 +72,6 @@ class Plan:
         )
         positives = pl.read_parquet(folder / "positives.parquet")
         return Plan(retrieval, positives, pl.read_parquet(folder / "products.parquet"))
-
-
-# The plan this process holds: the stage's own after `write`, a worker's after its first task.
-_loaded: dict[str, Plan] = {}
-_loaded_lock = threading.Lock()
-
-
-def _plan(folder: str) -> Plan:
-    with _loaded_lock:
-        if folder not in _loaded:
-            _loaded.clear()
-            _loaded[folder] = Plan.read(Path(folder))
-        return _loaded[folder]
-
-
-def forget(folder: Path) -> None:
-    """Release the plan of ``folder`` in this process."""
-    with _loaded_lock:
-        _loaded.pop(str(folder), None)
-
-
-def spans(n: int, size: int) -> list[Span]:
-    """Consecutive (lo, hi) spans of ``size`` rows covering 0..n (one empty span when n = 0)."""
-    return [(lo, min(lo + size, n)) for lo in range(0, n, size)] or [(0, 0)]
 
 
 @dataclass(frozen=True)
@@ -121,7 +92,7 @@ def mine_partition(plan: str, span: Span, cfg: PairsieveConfig) -> SpanResult:
     """Mine the queries at rows ``span`` of the plan in the folder ``plan``; their rows go to
     files in the plan's parent folder, named by their first row (a rerun overwrites them)."""
     started = time.perf_counter()
-    loaded = _plan(plan)
+    loaded = parts.held(plan, Plan.read)
     retrieval = replace(loaded.retrieval, info={"search_s": 0.0})  # this span's own clock
     out = Path(plan).parent
     with fixed_threads():
@@ -141,19 +112,6 @@ def mine_partition(plan: str, span: Span, cfg: PairsieveConfig) -> SpanResult:
         retrieval.info["search_s"],
         time.perf_counter() - started,
     )
-
-
-MapSpans = Callable[[str, list[Span], PairsieveConfig], list[SpanResult]]
-
-
-def map_here(plan: str, spans: list[Span], cfg: PairsieveConfig) -> list[SpanResult]:
-    """The partitions one after the other in this process."""
-    results = []
-    with progress.step("mining hard negatives", len(spans), "partitions") as counter:
-        for span in spans:
-            results.append(mine_partition(plan, span, cfg))
-            counter.advance()
-    return results
 
 
 def gather(results: list[SpanResult]) -> Mined:
@@ -186,13 +144,13 @@ def mine_mapped(  # noqa: PLR0913 - the plan's parts, where it goes, and the map
     figures: partitions, their summed search and filter seconds, and the wall seconds."""
     started = time.perf_counter()
     plan = Plan(retrieval, positives, products).write(folder / "plan")
-    parts = spans(len(retrieval.queries), cfg.runner.mine_partition_queries)
+    spans = parts.spans(len(retrieval.queries), cfg.runner.mine_partition_queries)
     try:
-        results = (map_spans or map_here)(str(plan), parts, cfg)
+        results = (map_spans or parts.map_here)(mine_partition, str(plan), spans, cfg, STEP)
     finally:
-        forget(plan)
+        parts.forget(plan)
     figures = {
-        "partitions": len(parts),
+        "partitions": len(spans),
         "search_s": sum(r.search_s for r in results),
         "filter_s": sum(r.seconds - r.search_s for r in results),
         "wall_s": time.perf_counter() - started,

@@ -22,7 +22,9 @@ The stage's parts, each tested alone:
   faiss index over the listings (exact up to `knn.exact_max`);
 * `mine.filters.filter_candidates`: stamps every candidate of every (query, positive) pair with
   the first reason that drops it, or keeps it;
-* `mine.deepen.mine_pairs` joins them, searching each query only as deep as its pairs need;
+* `mine.deepen.mine_span` joins them, searching each query only as deep as its pairs need;
+* `mine.partitions` maps that over partitions of the sorted queries, in this process or as
+  tasks on the build's task runner (threads, Dask or Ray workers), with the same bytes;
 * `mine.reuse` and `mine.refilter`: what a day-2 build takes over from the previous one.
 
 Accounting: ``rows_in`` is the number of candidates considered, i.e. for every (query, positive)
@@ -47,6 +49,7 @@ from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.layout import RunLayout
+from pairsieve.core.partitions import MapSpans
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import partitions
 from pairsieve.mine.deepen import COUNT, Mined
@@ -177,7 +180,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     encoder: Encoder,
     previous: tuple[PreviousMining, int] | None,
     spill: Path,
-    map_spans: partitions.MapSpans | None,
+    map_spans: MapSpans | None,
 ) -> _Rows:
     """Mine the clicked ``pairs``: queries whose inputs did not change keep the previous build's
     rows, queries that only gained clicks or were regrouped are refiltered, the rest are mined.
@@ -264,7 +267,7 @@ def run(
     *,
     encoder: Encoder | None = None,
     previous: tuple[PreviousMining, int] | None = None,
-    map_spans: partitions.MapSpans | None = None,
+    map_spans: MapSpans | None = None,
 ) -> StageResult:
     """Mine hard negatives for every clicked (query, listing) pair into ``out_dir``.
 

@@ -7,6 +7,7 @@ Without `PREFECT_API_URL` Prefect starts its ephemeral local API on SQLite.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,8 @@ from pairsieve.core import progress
 from pairsieve.core.contract import StageResult
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.memory import watch
+from pairsieve.core.partitions import Span
 from pairsieve.errors import PairsieveError
-from pairsieve.mine.partitions import Span, SpanResult, mine_partition
 from pairsieve.orchestration import publish, steps
 from pairsieve.orchestration.progress import ProgressArtifacts
 from pairsieve.vectors.embed import EmbedStats, embed_partition
@@ -74,12 +75,12 @@ def cluster_task(
 @task(name="mine", **_TASK_OPTIONS)
 def mine_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> StageResult:
     previous_build = Path(previous) if previous else None
-    return steps.mine_step(cfg, run_dir, previous_build, map_spans=_mine_on_runner)
+    return steps.mine_step(cfg, run_dir, previous_build, map_spans=map_on_runner)
 
 
-@task(name="mine-partition", **_TASK_OPTIONS)
-def mine_partition_task(plan: str, span: Span, cfg: PairsieveConfig) -> SpanResult:
-    return mine_partition(plan, span, cfg)
+@task(name="partition", **_TASK_OPTIONS)
+def partition_task(fn: Callable[[str, Span, Any], Any], plan: str, span: Span, cfg: Any) -> Any:
+    return fn(plan, span, cfg)
 
 
 @task(name="shards", **_TASK_OPTIONS)
@@ -171,16 +172,22 @@ def _counting(futures: Any, sizes: list[int], name: str, unit: str) -> list[Any]
     return futures.result()
 
 
-@flow(name="mine-partitions")
-def mine_partitions(plan: str, spans: list[Span], cfg: PairsieveConfig) -> list[SpanResult]:
-    """Mine the partitions of the queries, one mapped task per span of sorted queries (a
-    subflow, so that it runs on the configured task runner); progress counts partitions."""
-    futures = mine_partition_task.map(unmapped(plan), spans, unmapped(cfg))
-    return _counting(futures, [1] * len(spans), "mining hard negatives", "partitions")
+@flow(name="partitions")
+def map_partitions(
+    fn: Callable[[str, Span, Any], Any], plan: str, spans: list[Span], cfg: Any, step: str
+) -> list[Any]:
+    """``fn(plan, span, cfg)`` for every span, one mapped task each (a subflow, so that it runs
+    on the configured task runner); progress counts partitions as they end."""
+    futures = partition_task.map(unmapped(fn), unmapped(plan), spans, unmapped(cfg))
+    return _counting(futures, [1] * len(spans), step, "partitions")
 
 
-def _mine_on_runner(plan: str, spans: list[Span], cfg: PairsieveConfig) -> list[SpanResult]:
-    return mine_partitions.with_options(task_runner=task_runner_for(cfg.runner))(plan, spans, cfg)
+def map_on_runner(
+    fn: Callable[[str, Span, Any], Any], plan: str, spans: list[Span], cfg: Any, step: str
+) -> list[Any]:
+    """`core.partitions.MapSpans` on the task runner ``cfg.runner`` names."""
+    runner = task_runner_for(cfg.runner)
+    return map_partitions.with_options(task_runner=runner)(fn, plan, spans, cfg, step)
 
 
 def _as_list(paths: str | list[str]) -> list[str]:

@@ -28,7 +28,7 @@ from pairsieve.mine.reuse import PreviousMining
 from pairsieve.vectors.embed import Encoder, shared_encoder
 
 if TYPE_CHECKING:
-    from pairsieve.mine.partitions import MapSpans
+    from pairsieve.core.partitions import MapSpans
 
 UPSTREAM: dict[str, tuple[str, ...]] = {
     "ingest": (),

@@ -1,0 +1,135 @@
+"""Mining mapped on a local Dask cluster, on the thread runner and in one process: each worker's
+peak memory, the wall time, and whether the three wrote the same bytes.
+
+Takes a build folder whose ingest and cluster stages are done (for example one that
+`stage_memory.py` left) and the embedding cache it used, then runs the mine stage three times
+on links to those two stages:
+
+    .venv/bin/python benchmarks/mine_workers.py --run /tmp/ps-mem/run-123255 \
+        --cache /tmp/ps-mem/cache --work /tmp/ps-mine [--workers 2 --memory-limit 4GB] \
+        [--set runner.mine_partition_queries=8192] [--json FIGURES.json]
+
+- ``here``: every partition one after the other in this process (`mine.partitions.map_here`);
+- ``threads``: the build flow's map, on Prefect's thread runner (`runner.workers` at a time);
+- ``dask``: the same map through Prefect's `DaskTaskRunner` against a `LocalCluster` of worker
+  processes, each with a memory limit; their resident sets are sampled every 0.1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+from pairsieve.config import load_config, parse_override
+from pairsieve.core.io import sha256_file
+from pairsieve.core.layout import RunLayout
+from pairsieve.orchestration import steps
+from pairsieve.orchestration.flows import map_on_runner
+
+INTERVAL_S = 0.1
+
+
+class Peaks(threading.Thread):
+    """Samples the resident set of each of some processes every `INTERVAL_S`; keeps the peaks."""
+
+    def __init__(self, pids: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.processes = [psutil.Process(pid) for pid in pids]
+        self.peaks = dict.fromkeys(pids, 0)
+        self.running = True
+
+    def run(self) -> None:
+        while self.running:
+            for process in self.processes:
+                try:
+                    rss = process.memory_info().rss
+                except psutil.NoSuchProcess:
+                    continue
+                self.peaks[process.pid] = max(self.peaks[process.pid], rss)
+            time.sleep(INTERVAL_S)
+
+
+def fresh_run(source: Path, folder: Path) -> Path:
+    """A build folder whose ingest and cluster stages are links to ``source``'s."""
+    folder.mkdir(parents=True)
+    for stage in ("ingest", "cluster"):
+        (folder / stage).symlink_to((source / stage).resolve())
+    return folder
+
+
+def mine_arm(arm: str, cfg, run_dir: Path, worker_pids: list[int]) -> dict:
+    """Run the mine stage one way and return its figures."""
+    map_spans = None if arm == "here" else map_on_runner
+    peaks = Peaks([os.getpid(), *worker_pids])
+    peaks.start()
+    started = time.perf_counter()
+    result = steps.mine_step(cfg, run_dir, map_spans=map_spans)
+    seconds = time.perf_counter() - started
+    peaks.running = False
+    peaks.join()
+    layout = RunLayout(run_dir)
+    gib = {pid: round(rss / 2**30, 2) for pid, rss in peaks.peaks.items()}
+    return {
+        "seconds": round(seconds, 1),
+        "partitions": result.details["partitions"],
+        "flow_process_peak_gib": gib[os.getpid()],
+        "worker_peaks_gib": [gib[pid] for pid in worker_pids],
+        "timings": result.timings,
+        "sha256": {
+            "negatives": sha256_file(layout.negatives),
+            "dropped": sha256_file(layout.negatives_dropped),
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True)
+    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--memory-limit", default="4GB")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    from distributed import Client, LocalCluster
+
+    overrides = dict(parse_override(item) for item in args.set)
+    base = {"cache_dir": str(args.cache), **overrides}
+    work = args.work / time.strftime("%H%M%S")
+    figures = {}
+    with (
+        LocalCluster(
+            n_workers=args.workers,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=args.memory_limit,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        worker_pids = sorted(client.run(os.getpid).values())
+        for arm in ("here", "threads", "dask"):
+            runner = {"runner.task_runner": arm if arm != "here" else "threads"}
+            if arm == "dask":
+                runner["runner.address"] = cluster.scheduler_address
+            cfg = load_config(None, {**base, **runner})
+            run_dir = fresh_run(args.run, work / arm)
+            pids = worker_pids if arm == "dask" else []
+            figures[arm] = mine_arm(arm, cfg, run_dir, pids)
+            print(arm, json.dumps(figures[arm]), flush=True)
+        figures["memory_limit"] = args.memory_limit
+    same = len({json.dumps(figures[arm]["sha256"]) for arm in ("here", "threads", "dask")}) == 1
+    figures["same_bytes"] = same
+    print("same bytes on all three:", same)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Heavy steps as maps over partitions: a plan on disk, one pure function per span of rows.
+
+A stage that partitions a step writes what every partition reads (an index, vectors, tables) into
+a plan folder, then maps a module-level function ``fn(plan, span, cfg)`` over spans of rows. The
+map is the caller's: `map_here` runs the spans one after the other in this process; a build
+passes the flow's map (`pairsieve.orchestration.flows.map_on_runner`), which runs each span as a
+Prefect task on the configured runner (threads, Dask or Ray workers that share the folder). A
+function writes its rows next to the plan, named by its span, so a span run twice (a retried
+task on another worker) writes the same files again.
+
+A process holds at most one plan (`hold`, `held`): the stage's own objects while it maps on
+threads, or the plan a worker read for its first span of it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from pairsieve.core import progress
+
+Span = tuple[int, int]
+T = TypeVar("T")
+
+
+def spans(n: int, size: int) -> list[Span]:
+    """Consecutive (lo, hi) spans of ``size`` rows covering 0..n (one empty span when n = 0)."""
+    return [(lo, min(lo + size, n)) for lo in range(0, n, size)] or [(0, 0)]
+
+
+class MapSpans(Protocol):
+    """Runs ``fn(plan, span, cfg)`` for every span and returns the results in span order;
+    ``step`` names the work for progress, which counts partitions."""
+
+    def __call__(
+        self,
+        fn: Callable[[str, Span, Any], T],
+        plan: str,
+        spans: list[Span],
+        cfg: Any,
+        step: str,
+    ) -> list[T]: ...
+
+
+def map_here(
+    fn: Callable[[str, Span, Any], T], plan: str, spans: list[Span], cfg: Any, step: str
+) -> list[T]:
+    """The spans one after the other in this process."""
+    results = []
+    with progress.step(step, len(spans), "partitions") as counter:
+        for span in spans:
+            results.append(fn(plan, span, cfg))
+            counter.advance()
+    return results
+
+
+_held: dict[str, Any] = {}
+_held_lock = threading.Lock()
+
+
+def hold(folder: Path, plan: Any) -> None:
+    """Keep ``plan`` (the objects written to ``folder``) as this process's plan."""
+    with _held_lock:
+        _held.clear()
+        _held[str(folder)] = plan
+
+
+def held(folder: str, read: Callable[[Path], T]) -> T:
+    """The plan of ``folder``: the one this process holds, else ``read(folder)``, then held."""
+    with _held_lock:
+        if folder not in _held:
+            _held.clear()
+            _held[folder] = read(Path(folder))
+        return _held[folder]
+
+
+def forget(folder: Path) -> None:
+    """Release the plan of ``folder`` in this process."""
+    with _held_lock:
+        _held.pop(str(folder), None)

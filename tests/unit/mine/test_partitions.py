@@ -1,0 +1,112 @@
+"""Mining as a map over partitions of the sorted queries: any partitioning, any order of the
+tasks, a plan read back from disk in another process, the same rows as one pass over them all."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import polars as pl
+import pytest
+
+from pairsieve import schemas as S
+from pairsieve.config import MINE_QUERY_BATCH, PairsieveConfig
+from pairsieve.core import partitions as parts
+from pairsieve.errors import PairsieveError
+from pairsieve.mine import deepen, partitions
+from pairsieve.mine import stage as mine
+from tests.unit.mine.test_stage import CATALOG, deepening_case, frames
+
+
+def test_spans_cover_the_queries_once_in_order():
+    assert parts.spans(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert parts.spans(8, 4) == [(0, 4), (4, 8)]
+    assert parts.spans(0, 4) == [(0, 0)]
+
+
+def test_batches_start_at_multiples_of_the_batch_whatever_the_span(monkeypatch):
+    monkeypatch.setattr(deepen, "_QUERY_BATCH", 4)
+    assert deepen.batch_edges((0, 10)) == [0, 4, 8, 10]
+    assert deepen.batch_edges((4, 8)) == [4, 8]
+    assert deepen.batch_edges((2, 9)) == [2, 4, 8, 9]
+    assert deepen.batch_edges((3, 3)) == [3, 3]
+
+
+def _mined_equal(left: deepen.Mined, right: deepen.Mined) -> None:
+    assert left.kept.equals(right.kept)
+    assert left.dropped.lazy().collect().equals(right.dropped.lazy().collect())
+    assert left.counts.sort(S.QUERY).equals(right.counts.sort(S.QUERY))
+    assert left.rounds == right.rounds
+    assert left.skipped_above_ceiling == right.skipped_above_ceiling
+    assert left.reasons == right.reasons
+
+
+@pytest.mark.parametrize("order", ["in order", "last first"])
+def test_partitions_in_any_order_give_the_rows_of_one_pass(monkeypatch, tmp_path, order):
+    retrieval, positives, cfg = deepening_case()
+    products = frames({}, {})[2]
+    monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)  # one query a batch, a partition each
+    whole = deepen.mine_pairs(retrieval, positives, products, cfg.mine, cfg.seed)
+    plan = str(partitions.Plan(retrieval, positives, products).write(tmp_path / "plan"))
+    spans = parts.spans(len(retrieval.queries), 1)
+    assert spans == [(0, 1), (1, 2)]
+    run = spans if order == "in order" else spans[::-1]
+    results = {span: partitions.mine_partition(plan, span, cfg) for span in run}
+    _mined_equal(partitions.gather([results[span] for span in spans]), whole)
+    assert [r.reasons for r in results.values()] != [{}, {}]
+
+
+def test_a_partition_reads_the_plan_back_from_disk(monkeypatch, tmp_path):
+    retrieval, positives, cfg = deepening_case()
+    products = frames({}, {})[2]
+    monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)
+    folder = partitions.Plan(retrieval, positives, products).write(tmp_path / "plan")
+    held = [partitions.mine_partition(str(folder), span, cfg) for span in [(0, 1), (1, 2)]]
+    parts.forget(folder)  # as on a worker that has never seen the plan
+    read = partitions.Plan.read(folder)
+    assert read.retrieval.queries == retrieval.queries
+    assert read.retrieval.listing_ids == retrieval.listing_ids
+    assert read.positives.equals(positives) and read.products.equals(products)
+    again = [partitions.mine_partition(str(folder), span, cfg) for span in [(0, 1), (1, 2)]]
+    _mined_equal(partitions.gather(again), partitions.gather(held))
+
+
+def test_the_partition_size_must_be_a_multiple_of_the_batch():
+    with pytest.raises(PairsieveError) as bad:
+        PairsieveConfig().with_(**{"runner.mine_partition_queries": MINE_QUERY_BATCH + 1})
+    assert bad.value.code == "bad_config" and "multiple of 4096" in str(bad.value)
+    cfg = PairsieveConfig().with_(**{"runner.mine_partition_queries": 2 * MINE_QUERY_BATCH})
+    assert cfg.runner.mine_partition_queries == 2 * MINE_QUERY_BATCH
+
+
+def _in_processes(fn, plan: str, spans: list, cfg: PairsieveConfig, step: str) -> list:
+    """Each partition in a fresh process that starts with one BLAS and OpenMP thread, as a Dask
+    worker does; the results come back in reverse order of the spans, then are put right."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=context) as pool:
+        futures = {span: pool.submit(fn, plan, span, cfg) for span in spans}
+        done = {span: futures[span].result() for span in reversed(spans)}
+    return [done[span] for span in spans]
+
+
+def test_the_stage_mapped_on_single_thread_processes_writes_the_same_bytes(
+    tmp_path, monkeypatch, session_cache_dir, encoder
+):
+    listings = pl.DataFrame(
+        CATALOG, schema=[S.LISTING_ID, S.TITLE, S.TRUE_PRODUCT_ID], orient="row"
+    )
+    products = listings.select(S.LISTING_ID, pl.col(S.TRUE_PRODUCT_ID).alias(S.PRODUCT_ID))
+    titles = listings[S.TITLE].to_list()
+    clicks = pl.DataFrame(
+        {S.QUERY: [t.split(" ", 2)[-1] for t in titles], S.LISTING_ID: listings[S.LISTING_ID]}
+    )
+    cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(**{"mine.num_negatives": 3})
+    inputs = mine.Inputs(clicks, listings, products)
+    here = mine.run(cfg, inputs, tmp_path / "here", encoder=encoder)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    mapped = mine.run(cfg, inputs, tmp_path / "mapped", encoder=encoder, map_spans=_in_processes)
+    assert here.details["partitions"] == mapped.details["partitions"] == 1
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+        assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "mapped" / name).read_bytes()
+    assert here.rows_out == mapped.rows_out > 0
