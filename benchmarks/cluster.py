@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 from datasketch import MinHash
 
-from pairsieve.cluster import candidates, evaluate, linkage
+from pairsieve.cluster import candidates, evaluate, linkage, pairs_file
 from pairsieve.cluster import stage as cluster
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
@@ -101,9 +101,14 @@ STEPS = {
     "signatures_lsh": (("candidates", "minhash_pairs"),),
     "combine_verify": (("candidates", "combine_candidates"), ("stage", "verify")),
     "agglomerate": (("linkage", "agglomerate"),),
-    "write": (("stage", "products_frame"), ("stage", "pairs_frame")),
+    "write": (("stage", "products_frame"), ("pairs_file", "pairs_frame")),
 }
-MODULES = {"stage": cluster, "candidates": candidates, "linkage": linkage}
+MODULES = {
+    "stage": cluster,
+    "candidates": candidates,
+    "linkage": linkage,
+    "pairs_file": pairs_file,
+}
 
 
 def _cpu_seconds() -> float:

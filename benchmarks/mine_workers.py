@@ -12,7 +12,9 @@ on links to those two stages:
 - ``here``: every partition one after the other in this process (`mine.partitions.map_here`);
 - ``threads``: the build flow's map, on Prefect's thread runner (`runner.workers` at a time);
 - ``dask``: the same map through Prefect's `DaskTaskRunner` against a `LocalCluster` of worker
-  processes, each with a memory limit; their resident sets are sampled every 0.1 s.
+  processes, each with a memory limit; their resident sets are sampled every 0.1 s. Its
+  partitions are a quarter the size (`--dask-partition`), so the bytes are compared across
+  partition counts too.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--memory-limit", default="4GB")
+    parser.add_argument("--dask-partition", type=int, default=4_096, help="queries per task")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
@@ -118,6 +121,7 @@ def main() -> None:
             runner = {"runner.task_runner": arm if arm != "here" else "threads"}
             if arm == "dask":
                 runner["runner.address"] = cluster.scheduler_address
+                runner["runner.mine_partition_queries"] = args.dask_partition
             cfg = load_config(None, {**base, **runner})
             run_dir = fresh_run(args.run, work / arm)
             pids = worker_pids if arm == "dask" else []

@@ -18,7 +18,7 @@ from tests.system.test_crash import build_command, make_fixture
 STEPS = {
     "embedding texts": "texts",
     "computing MinHash signatures": "texts",
-    "finding nearest titles": "titles",
+    "finding nearest titles": "partitions",
     "verifying candidate pairs": "pairs",
     "mining hard negatives": "partitions",
     "writing train shards": "rows",

@@ -16,9 +16,9 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.cluster.neighbours import Mapper, knn_pairs
 from pairsieve.cluster.reuse import touching
 from pairsieve.config import ClusterConfig, PairsieveConfig
-from pairsieve.core import progress
 from pairsieve.errors import PairsieveError
 from pairsieve.text import attributes as text
 from pairsieve.text import match
@@ -32,7 +32,6 @@ NODE = "_node"  # a listing's node column in the clustering's listings frame
 
 
 _SIGNATURE_PARTITION = 250_000  # titles per signature cache part
-_KNN_QUERIES = 65_536  # titles searched at a time: a multiple of faiss's 4,096-query BLAS block
 
 
 def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
@@ -106,35 +105,6 @@ def minhash_pairs(
     return pairs, skipped, stats.encoded
 
 
-def knn_pairs(
-    cfg: PairsieveConfig,
-    vectors: np.ndarray,
-    rows: np.ndarray | None = None,
-    layout: knn.IvfLayout | None = None,
-    keys: np.ndarray | None = None,
-) -> tuple[np.ndarray, Any]:
-    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
-    (with ``rows``, only the neighbours of those nodes are searched), and the faiss index
-    searched: a previous build's ``layout`` spares its IVF training and, for the titles with
-    ``keys`` it indexed, their assignment (`knn.build_index`)."""
-    from pairsieve.vectors import knn
-
-    rows = np.arange(len(vectors)) if rows is None else rows
-    index = knn.build_index(vectors, cfg.knn, cfg.seed, layout, keys)
-    parts = []
-    with progress.step("finding nearest titles", len(rows), "titles") as counter:
-        for start in range(0, len(rows), _KNN_QUERIES):
-            part = rows[start : start + _KNN_QUERIES]
-            scores, ids = knn.search(index, vectors[part], cfg.cluster.knn_k + 1)
-            source = np.repeat(part, ids.shape[1])
-            keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
-            pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
-            parts.append(np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1))
-            counter.advance(len(part))
-    pairs = np.concatenate(parts) if parts else np.empty((0, 2), np.int64)
-    return minhash.unique_pairs(pairs), index
-
-
 def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
     """One row per distinct node pair (a < b) with the signals that proposed it ("code+minhash"),
     sorted by (a, b); signals are named in `SIGNAL_ORDER`."""
@@ -177,10 +147,11 @@ def embedding_candidates(
     encoder: Encoder | None,
     unsettled: np.ndarray | None,
     previous: knn.IvfLayout | None,
+    mapper: Mapper | None = None,
 ) -> tuple[np.ndarray, np.ndarray, knn.IvfLayout | None, dict]:
     """kNN pairs touching an unsettled node (all when None), the node vectors, the index's
     `knn.IvfLayout` (built on ``previous`` while its centroids fit), and what was embedded and
-    trained."""
+    trained; the search is mapped with ``mapper`` when given (`cluster.neighbours`)."""
     from pairsieve.core.hashing import text_keys
     from pairsieve.vectors import knn
 
@@ -188,7 +159,7 @@ def embedding_candidates(
     vectors, details = _embed(cfg, titles, encoder)
     rows = None if unsettled is None else np.flatnonzero(unsettled)
     keys = text_keys(titles) if len(titles) > cfg.knn.exact_max else None  # IVF only
-    pairs, index = knn_pairs(cfg, vectors, rows, previous, keys)
+    pairs, index = knn_pairs(cfg, vectors, rows, previous, keys, mapper)
     layout = None if keys is None else knn.layout_of(index, keys)
     if layout is not None:
         details["ivf_centroids"] = knn.centroid_source(index, previous)
@@ -254,16 +225,18 @@ def node_pairs(frame: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
     return np.column_stack(ends) if ends[0].size else np.zeros((0, 2), dtype=np.int64)
 
 
-def generate(
+def generate(  # noqa: PLR0913 - the catalog, what is settled, where the search may be mapped
     cfg: PairsieveConfig,
     nodes: pl.DataFrame,
     attrs: list[text.Attributes],
     encoder: Encoder | None,
     unsettled: np.ndarray | None,
     previous_ivf: knn.IvfLayout | None,
+    mapper: Mapper | None = None,
 ) -> Candidates:
     """Every signal's pairs touching an ``unsettled`` node (all pairs when None), combined;
-    ``previous_ivf`` spares the kNN index's IVF training while its centroids fit."""
+    ``previous_ivf`` spares the kNN index's IVF training while its centroids fit, and
+    ``mapper`` maps the kNN search (`cluster.neighbours`)."""
     c = cfg.cluster
     started = time.perf_counter()
     details: dict[str, Any] = {}
@@ -280,7 +253,7 @@ def generate(
     vectors = ivf = None
     if c.use_embeddings:
         found["embedding"], vectors, ivf, embed_details = embedding_candidates(
-            cfg, nodes, encoder, unsettled, previous_ivf
+            cfg, nodes, encoder, unsettled, previous_ivf, mapper
         )
         details.update(embed_details)
         timings["embedding_s"] = time.perf_counter() - started - timings["minhash_s"]

@@ -27,6 +27,7 @@ connected components over the same candidates score 0.000-0.058 pairwise F1.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,8 +39,9 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster import candidates, labelled, lineage, linkage
-from pairsieve.cluster.calibration import Calibration, load_calibration
+from pairsieve.cluster import candidates, labelled, lineage, linkage, pairs_file
+from pairsieve.cluster.calibration import load_calibration
+from pairsieve.cluster.neighbours import Mapper
 from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.cluster.verify import (
     INFORMATIVE,
@@ -53,6 +55,7 @@ from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.parallel import in_processes
+from pairsieve.core.partitions import MapSpans
 from pairsieve.errors import PairsieveError
 from pairsieve.ingest.catalog import read_catalog
 from pairsieve.text import attributes as text
@@ -82,6 +85,7 @@ class Inputs:
 
 _NODE = candidates.NODE
 _KEY = "_key"
+_PARTITIONS = "_partitions"  # the mapped steps' plans and parts until the stage ends
 
 
 # --- nodes ---------------------------------------------------------------------------------------
@@ -222,6 +226,7 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
     previous: PreviousClustering | None,
     requested: pl.DataFrame | None,
     reuse_pairs: bool,
+    mapper: Mapper | None,
 ) -> _Judgement:
     """Nodes, candidates and their verification (see `cluster_listings`)."""
     c = cfg.cluster
@@ -241,9 +246,8 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
         settled = previous.settled(frame, nodes)
         unsettled = ~settled
         details["settled_nodes"] = int(settled.sum())
-    found = candidates.generate(
-        cfg, nodes, attrs, encoder, unsettled, None if previous is None else previous.ivf
-    )
+    previous_ivf = None if previous is None else previous.ivf
+    found = candidates.generate(cfg, nodes, attrs, encoder, unsettled, previous_ivf, mapper)
     details.update(found.details)
     timings.update(found.timings)
     vectors, ivf = found.vectors, found.ivf
@@ -277,6 +281,7 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     previous: PreviousClustering | None = None,
     requested: pl.DataFrame | None = None,
     label_files: tuple[Path, ...] = (),
+    mapper: Mapper | None = None,
 ) -> Clustering:
     """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
     runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
@@ -285,10 +290,11 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     others are generated and verified (`cluster.reuse`). ``requested`` listing pairs are judged
     as candidates too (those touching a changed title, with ``previous``). ``label_files``
     tune the vetoes and thresholds to the answers in them (`cluster.labelled`); every pair is
-    then judged afresh, as a lifted veto changes pairs ``previous`` settled."""
+    then judged afresh, as a lifted veto changes pairs ``previous`` settled. ``mapper`` maps
+    the kNN search over partitions of titles (`cluster.neighbours`)."""
     c = cfg.cluster
     started = time.perf_counter()
-    judged = _judge(cfg, listings, encoder, features, previous, requested, not label_files)
+    judged = _judge(cfg, listings, encoder, features, previous, requested, not label_files, mapper)
     scored, details, timings = judged.scored, judged.details, judged.timings
     counts = judged.nodes["count"].to_numpy()
     accept, link, unjudged = c.accept_probability, resolved_link_threshold(c), c.unjudged_weight
@@ -368,71 +374,7 @@ def products_frame(result: Clustering) -> pl.DataFrame:
     )
 
 
-def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
-    """``p_same`` of every scored pair (null without a calibration)."""
-    if calibration is None:
-        return pl.repeat(None, len(scored), dtype=pl.Float32, eager=True).alias(S.P_SAME)
-    vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
-    return pl.Series(S.P_SAME, calibration.p_same(scored["score"].to_numpy(), vetoed))
-
-
-def pairs_frame(
-    result: Clustering, calibration: Calibration | None = None, consume: bool = False
-) -> pl.DataFrame:
-    """pairs.parquet: every scored candidate (by representative listing), plus exact duplicates,
-    sorted by (listing_a, listing_b). With ``calibration`` (the scores are the learned pair
-    model's), each pair gets its ``p_same``; without, ``p_same`` is null. ``consume``: drop
-    ``result.scored`` column by column while building (it is the other copy of tens of millions
-    of rows at 10^6 listings)."""
-    # Sorted by the listing ids' ranks (one int64 key per row) rather than by the two strings:
-    # the same order, as ``frame`` is sorted by listing id and no two rows share (listing_a,
-    # listing_b). Each output column is gathered once in that order, so the id strings are
-    # built once (not built, concatenated and sorted).
-    frame, scored = result.frame, result.scored
-    rank = frame[S.LISTING_ID].rank("dense").cast(pl.Int64).to_numpy()
-    frame_nodes = frame[_NODE].to_numpy().astype(np.int64)
-    node_rank = np.empty(len(result.nodes), dtype=np.int64)
-    nodes, first = np.unique(frame_nodes, return_index=True)  # first = smallest listing
-    node_rank[nodes] = rank[first]
-    a = scored["a"].to_numpy().astype(np.int64)
-    b = scored["b"].to_numpy().astype(np.int64)
-    exact = np.flatnonzero(rank != node_rank[frame_nodes])  # listings besides their node's rep
-    keys = np.concatenate(
-        [(node_rank[a] << 32) | node_rank[b], (node_rank[frame_nodes[exact]] << 32) | rank[exact]]
-    )
-    order = np.argsort(keys)
-    del keys
-    reps = result.nodes[S.LISTING_ID].rechunk()
-    # One chunk each before gathering: a gather from a two-chunk string column took 8x longer.
-    ids = pl.concat([reps, frame[S.LISTING_ID]], rechunk=True)  # node reps, then every listing
-    columns = [
-        reps.gather(np.concatenate([a, frame_nodes[exact]])[order]).alias(S.LISTING_A),
-        ids.gather(np.concatenate([b, len(reps) + exact])[order]).alias(S.LISTING_B),
-    ]
-    del a, b
-    rest = [
-        (S.JACCARD, 1.0, pl.Float64),
-        (S.COSINE, 1.0, pl.Float64),
-        (S.LINK_SCORE, 1.0, pl.Float64),
-        (S.SIGNAL, "exact", pl.String),
-        (S.ACCEPTED, True, pl.Boolean),
-        (S.VETO_REASON, None, pl.String),
-    ]
-    sources = {name: scored[name] for name, _, _ in rest if name != S.LINK_SCORE}
-    sources[S.LINK_SCORE] = scored["score"].alias(S.LINK_SCORE)
-    rest.append((S.P_SAME, None if calibration is None else calibration.exact, pl.Float32))
-    sources[S.P_SAME] = _p_same(scored, calibration)
-    if consume:
-        result.scored = scored = None
-    for name, exact_value, dtype in rest:
-        filler = pl.repeat(exact_value, len(exact), dtype=dtype, eager=True).alias(name)
-        both = pl.concat([sources.pop(name).cast(dtype), filler], rechunk=True)
-        columns.append(both.gather(order))
-        del both
-    return pl.DataFrame(columns)
-
-
-def run(
+def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
     cfg: PairsieveConfig,
     inputs: Inputs,
     out_dir: Path,
@@ -440,33 +382,40 @@ def run(
     encoder: Encoder | None = None,
     previous: PreviousClustering | None = None,
     previous_build: Path | None = None,
+    map_spans: MapSpans | None = None,
 ) -> StageResult:
     """The cluster stage: write ``products.parquet``, ``pairs.parquet`` and
     ``id_changes.parquet`` into ``out_dir``, reusing ``previous``'s pairs between unchanged
     titles when given, and carrying product ids over from the build folder ``previous_build``
-    (`lineage.record`; without one every product is first seen now)."""
+    (`lineage.record`; without one every product is first seen now). ``map_spans`` runs the
+    kNN search's partitions (a build maps them on its task runner; default: in memory here)."""
     listings = inputs.listings
     frame = (
         listings if isinstance(listings, pl.DataFrame) else read_catalog(str(listings), cfg.ingest)
     )
-    result = cluster_listings(
-        cfg,
-        frame,
-        encoder,
-        previous=previous,
-        requested=inputs.requested,
-        label_files=inputs.labels,
-    )
-    products = products_frame(result)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    mapper = None if map_spans is None else Mapper(out_dir / _PARTITIONS, map_spans)
+    try:
+        result = cluster_listings(
+            cfg,
+            frame,
+            encoder,
+            previous=previous,
+            requested=inputs.requested,
+            label_files=inputs.labels,
+            mapper=mapper,
+        )
+    finally:
+        shutil.rmtree(out_dir / _PARTITIONS, ignore_errors=True)
+    products = products_frame(result)
     io.write_parquet(products, out_dir / S.PRODUCTS_FILE)
     outputs = {"products": S.PRODUCTS_FILE, "pairs": S.PAIRS_FILE}
     if result.ivf is not None:
         outputs.update(result.ivf.write(out_dir))
     found = result.details
     calibration = load_calibration() if uses_learned_verifier(cfg.cluster) else None
-    pairs = pairs_frame(result, calibration, consume=True)
+    pairs = pairs_file.pairs_frame(result, calibration, consume=True)
     del result
     io.write_parquet(pairs, out_dir / S.PAIRS_FILE)
     del pairs

@@ -292,7 +292,8 @@ def run(
     spill.mkdir(parents=True, exist_ok=True)
     try:
         rows = _mine_rows(cfg, pairs, listings_df, products_df, encoder, previous, spill, map_spans)
-        io.write_parquet(rows.kept, out_dir / S.NEGATIVES_FILE)
+        # One chunk: parquet row groups follow chunks, and chunks follow the partitions.
+        io.write_parquet(rows.kept.rechunk(), out_dir / S.NEGATIVES_FILE)
         io.write_parquet(rows.dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
     finally:
         shutil.rmtree(spill)

@@ -68,7 +68,11 @@ def cluster_task(
     cfg: PairsieveConfig, run_dir: Path, previous: str | None, labels: list[str]
 ) -> StageResult:
     return steps.cluster_step(
-        cfg, run_dir, Path(previous) if previous else None, tuple(Path(p) for p in labels)
+        cfg,
+        run_dir,
+        Path(previous) if previous else None,
+        tuple(Path(p) for p in labels),
+        map_spans=map_on_runner,
     )
 
 

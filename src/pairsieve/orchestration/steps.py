@@ -144,12 +144,14 @@ def cluster_step(
     run_dir: Path,
     previous: Path | None = None,
     labels: tuple[Path, ...] = (),
+    map_spans: MapSpans | None = None,
 ) -> StageResult:
     """Cluster ingested listings into products under `run_dir/cluster/`.
 
     With ``previous`` (the folder of the last published build) product ids carry over from it
     and its verified pairs between unchanged titles are reused (`cluster.reuse`). Answered
-    ``labels`` files tune the clustering to this catalog (`cluster.labelled`).
+    ``labels`` files tune the clustering to this catalog (`cluster.labelled`). ``map_spans``
+    runs the kNN search's partitions (`cluster.neighbours`; default: in memory here).
     """
     from pairsieve.cluster import stage as cluster
     from pairsieve.core import io
@@ -170,6 +172,7 @@ def cluster_step(
             encoder=_encoder(cfg),
             previous=reuse,
             previous_build=previous,
+            map_spans=map_spans,
         )
         if previous is not None:
             incremental = {"reused": reuse is not None, "why_not": why_not}

@@ -110,3 +110,30 @@ def test_the_stage_mapped_on_single_thread_processes_writes_the_same_bytes(
     for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
         assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "mapped" / name).read_bytes()
     assert here.rows_out == mapped.rows_out > 0
+
+
+def test_the_stage_writes_the_same_bytes_whatever_the_partition_count(
+    tmp_path, monkeypatch, session_cache_dir, encoder
+):
+    listings = pl.DataFrame(
+        CATALOG, schema=[S.LISTING_ID, S.TITLE, S.TRUE_PRODUCT_ID], orient="row"
+    )
+    products = listings.select(S.LISTING_ID, pl.col(S.TRUE_PRODUCT_ID).alias(S.PRODUCT_ID))
+    clicks = pl.DataFrame(
+        {
+            S.QUERY: [t.split(" ", 2)[-1] for t in listings[S.TITLE]],
+            S.LISTING_ID: listings[S.LISTING_ID],
+        }
+    )
+    inputs = mine.Inputs(clicks, listings, products)
+    cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(**{"mine.num_negatives": 3})
+    monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)  # a batch per query, as at 4,096 queries
+    one = mine.run(cfg, inputs, tmp_path / "one", encoder=encoder)
+    # a partition per query: below the validated minimum, set past validation for the test
+    runner = cfg.runner.model_copy(update={"mine_partition_queries": 1})
+    many = mine.run(
+        cfg.model_copy(update={"runner": runner}), inputs, tmp_path / "many", encoder=encoder
+    )
+    assert (one.details["partitions"], many.details["partitions"]) == (1, len(CATALOG))
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes()

@@ -1,0 +1,124 @@
+"""The embedding signal's candidates: each title's nearest titles, as a map over spans of titles.
+
+A span is one search batch of `KNN_QUERIES` titles (a query's scores follow the batch it is
+searched in, so the spans are fixed counts, never a function of the number of workers) searched
+at a fixed thread count (`vectors.threads`): the pairs are the same whatever runs the spans. In
+this process the spans search the index in memory; given a `Mapper` (a build's cluster stage),
+the index, the vectors and the rows to search go to a plan folder and each span is a task on
+the build's runner (`core.partitions`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import faiss
+import numpy as np
+
+from pairsieve.config import PairsieveConfig
+from pairsieve.core import partitions as parts
+from pairsieve.core import progress
+from pairsieve.core.partitions import MapSpans, Span
+from pairsieve.vectors import knn, minhash
+from pairsieve.vectors.threads import fixed_threads
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+KNN_QUERIES = 65_536  # titles searched at a time: a multiple of faiss's 4,096-query BLAS block
+STEP = "finding nearest titles"
+
+
+@dataclass(frozen=True)
+class Mapper:
+    """Where a stage's partitioned steps write their plans, and the map that runs them."""
+
+    folder: Path
+    map_spans: MapSpans = parts.map_here
+
+
+@dataclass(frozen=True)
+class NeighbourPlan:
+    """The index over the titles' vectors and the rows whose neighbours are wanted."""
+
+    index: Any
+    vectors: np.ndarray
+    rows: np.ndarray
+
+    def write(self, folder: Path) -> Path:
+        """Write the plan into ``folder`` (created) and hold it in this process."""
+        folder.mkdir(parents=True, exist_ok=True)
+        faiss.write_index(self.index, str(folder / "index.faiss"))
+        np.save(folder / "vectors.npy", self.vectors)
+        np.save(folder / "rows.npy", self.rows)
+        parts.hold(folder, self)
+        return folder
+
+    @staticmethod
+    def read(folder: Path) -> NeighbourPlan:
+        return NeighbourPlan(
+            faiss.read_index(str(folder / "index.faiss")),
+            np.load(folder / "vectors.npy", mmap_mode="r"),
+            np.load(folder / "rows.npy"),
+        )
+
+
+def _span_pairs(plan: NeighbourPlan, span: Span, cfg: PairsieveConfig) -> np.ndarray:
+    """(m, 2) i < j pairs of the rows at ``span`` with their ``knn_k`` nearest titles, cosine
+    at least ``min_cosine``."""
+    part = plan.rows[span[0] : span[1]]
+    with fixed_threads():
+        scores, ids = knn.search(plan.index, np.asarray(plan.vectors[part]), cfg.cluster.knn_k + 1)
+    source = np.repeat(part, ids.shape[1])
+    keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
+    pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
+    return np.sort(pairs[pairs[:, 0] != pairs[:, 1]], axis=1)
+
+
+def neighbour_span(plan: str, span: Span, cfg: PairsieveConfig) -> str:
+    """A mapped span: its pairs into a file beside the plan folder, named by the span."""
+    pairs = _span_pairs(parts.held(plan, NeighbourPlan.read), span, cfg)
+    path = Path(plan).parent / f"neighbours-{span[0]:010d}.npy"
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, pairs)
+    tmp.replace(path)  # a retried span never leaves a half-written file behind
+    return str(path)
+
+
+def _in_memory(plan: NeighbourPlan, spans: list[Span], cfg: PairsieveConfig) -> Iterator:
+    with progress.step(STEP, len(spans), "partitions") as counter:
+        for span in spans:
+            yield _span_pairs(plan, span, cfg)
+            counter.advance()
+
+
+def knn_pairs(  # noqa: PLR0913 - the search's inputs and where it may be mapped
+    cfg: PairsieveConfig,
+    vectors: np.ndarray,
+    rows: np.ndarray | None = None,
+    layout: knn.IvfLayout | None = None,
+    keys: np.ndarray | None = None,
+    mapper: Mapper | None = None,
+) -> tuple[np.ndarray, Any]:
+    """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
+    (with ``rows``, only the neighbours of those nodes are searched), and the faiss index
+    searched: a previous build's ``layout`` spares its IVF training and, for the titles with
+    ``keys`` it indexed, their assignment (`knn.build_index`). With ``mapper`` the spans run
+    on its map through a plan in its folder."""
+    rows = np.arange(len(vectors)) if rows is None else rows
+    index = knn.build_index(vectors, cfg.knn, cfg.seed, layout, keys)
+    plan = NeighbourPlan(index, vectors, rows)
+    spans = parts.spans(len(rows), KNN_QUERIES)
+    if mapper is None:
+        found = list(_in_memory(plan, spans, cfg))
+    else:
+        folder = plan.write(mapper.folder / "neighbours-plan")
+        try:
+            files = mapper.map_spans(neighbour_span, str(folder), spans, cfg, STEP)
+            found = [np.load(path) for path in files]
+        finally:
+            parts.forget(folder)
+    pairs = np.concatenate(found) if found else np.empty((0, 2), np.int64)
+    return minhash.unique_pairs(pairs), index

@@ -1,0 +1,75 @@
+"""The embedding signal's kNN search as a map over spans of titles: in memory, through a plan
+read back from disk, and in fresh single-thread processes, the same pairs."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+
+from pairsieve.cluster import neighbours
+from pairsieve.config import PairsieveConfig
+from pairsieve.core import partitions as parts
+
+
+def _vectors(n: int, seed: int = 0) -> np.ndarray:
+    """Unit vectors in clumps of five near copies, so each has close neighbours."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((n // 5 + 1, 384)).astype(np.float32)
+    vectors = np.repeat(centres, 5, axis=0)[:n] + 0.3 * rng.standard_normal((n, 384))
+    vectors = vectors.astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+CFG = PairsieveConfig().with_(**{"cluster.knn_k": 5, "cluster.min_cosine": 0.5})
+
+
+def _from_disk(fn, plan, spans, cfg, step):
+    """map_here, but every span reads the plan from disk as a fresh worker would."""
+    results = []
+    for span in spans:
+        parts.forget(plan)
+        results.append(fn(plan, span, cfg))
+    return results
+
+
+def _in_processes(fn, plan, spans, cfg, step):
+    """Each span in a fresh process started with one BLAS and OpenMP thread (a Dask worker's
+    setting), the last span first."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(2, mp_context=context) as pool:
+        futures = {span: pool.submit(fn, plan, span, cfg) for span in spans}
+        done = {span: futures[span].result() for span in reversed(spans)}
+    return [done[span] for span in spans]
+
+
+def test_mapped_spans_find_the_pairs_of_one_search(tmp_path, monkeypatch):
+    vectors = _vectors(400)
+    whole, _ = neighbours.knn_pairs(CFG, vectors)
+    assert len(whole) > 400 and (whole[:, 0] < whole[:, 1]).all()
+    monkeypatch.setattr(neighbours, "KNN_QUERIES", 64)  # 7 spans
+    mapper = neighbours.Mapper(tmp_path / "a", _from_disk)
+    spanned, _ = neighbours.knn_pairs(CFG, vectors, mapper=mapper)
+    assert np.array_equal(spanned, whole)
+    assert sorted(p.name for p in (tmp_path / "a").glob("neighbours-*.npy"))[:2] == [
+        "neighbours-0000000000.npy",
+        "neighbours-0000000064.npy",
+    ]
+    rows = np.arange(0, 400, 3)  # only some titles' neighbours (a day-2 build's changed ones)
+    some, _ = neighbours.knn_pairs(CFG, vectors, rows=rows, mapper=mapper)
+    assert np.isin(some, rows).any(axis=1).all() and len(some) < len(whole)
+
+
+def test_single_thread_workers_find_the_same_pairs_as_this_process(tmp_path):
+    """Fresh processes that read the plan from disk, with enough queries for faiss's BLAS path
+    (the scores' thread independence itself: tests/unit/vectors/test_threads.py)."""
+    vectors = _vectors(3_000, seed=1)
+    here, _ = neighbours.knn_pairs(CFG, vectors)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OMP_NUM_THREADS", "1")
+        env.setenv("OPENBLAS_NUM_THREADS", "1")
+        mapper = neighbours.Mapper(tmp_path, _in_processes)
+        there, _ = neighbours.knn_pairs(CFG, vectors, mapper=mapper)
+    assert np.array_equal(here, there)
