@@ -8,7 +8,7 @@ resident set every 0.1 s, and prints its peak, when in the stage the peak came, 
 own step timings, so the peak can be read against the step that was running:
 
     .venv/bin/python benchmarks/stage_memory.py --products 12000 --work /tmp/ps-mem \
-        [--set knn.exact_max=10000] [--json FIGURES.json]
+        [--set knn.exact_max=10000] [--until cluster] [--json FIGURES.json]
 
 `--set` passes build settings (the example forces the IVF path that 10^6 listings take, at a
 size where the default searches exactly). The embedding cache lives under `--work`, so a second
@@ -76,6 +76,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--until", choices=STAGES, default=STAGES[-1], help="last stage to run")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)  # a child's stage
     parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -89,7 +90,7 @@ def main() -> None:
         synth.generate(data, args.products, seed=3)
     run_dir = args.work / f"run-{time.strftime('%H%M%S')}"
     figures = {}
-    for stage in STAGES:
+    for stage in STAGES[: STAGES.index(args.until) + 1]:
         child = [sys.executable, __file__, *sys.argv[1:], "--stage", stage, "--run-dir", run_dir]
         done = subprocess.run(list(map(str, child)), capture_output=True, text=True, check=True)
         figures[stage] = json.loads(done.stdout.strip().splitlines()[-1])

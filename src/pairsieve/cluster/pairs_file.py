@@ -3,7 +3,7 @@ signals, decision and ``p_same``, plus a row per listing that shares its node's 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import polars as pl
@@ -13,7 +13,15 @@ from pairsieve.cluster.candidates import NODE as _NODE
 
 if TYPE_CHECKING:
     from pairsieve.cluster.calibration import Calibration
-    from pairsieve.cluster.stage import Clustering
+
+
+class Clustered(Protocol):
+    """What the file is built from (a `cluster.stage.Clustering`): the listings with their
+    nodes, the nodes, and the scored node pairs (set to None to release them)."""
+
+    frame: pl.DataFrame
+    nodes: pl.DataFrame
+    scored: pl.DataFrame | None
 
 
 def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
@@ -25,7 +33,7 @@ def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
 
 
 def pairs_frame(
-    result: Clustering, calibration: Calibration | None = None, consume: bool = False
+    result: Clustered, calibration: Calibration | None = None, consume: bool = False
 ) -> pl.DataFrame:
     """pairs.parquet: every scored candidate (by representative listing), plus exact duplicates,
     sorted by (listing_a, listing_b). With ``calibration`` (the scores are the learned pair

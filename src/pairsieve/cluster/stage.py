@@ -30,7 +30,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -309,6 +309,9 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
         )
     details["accept_probability"] = accept  # what a label sample of this build groups pairs by
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
+    # rejudge holds every title's attributes, the vectors and the candidate pairs: ~4 GB at
+    # 10^6 listings that the linkage does not need.
+    judged = replace(judged, rejudge=None)
     labels = linkage.agglomerate(counts, scored, link, unjudged)
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
     details.update(_judged(scored, judged.by_signal))
@@ -387,15 +390,14 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
     """The cluster stage: write ``products.parquet``, ``pairs.parquet`` and
     ``id_changes.parquet`` into ``out_dir``, reusing ``previous``'s pairs between unchanged
     titles when given, and carrying product ids over from the build folder ``previous_build``
-    (`lineage.record`; without one every product is first seen now). ``map_spans`` runs the
-    kNN search's partitions (a build maps them on its task runner; default: in memory here)."""
-    listings = inputs.listings
-    frame = (
-        listings if isinstance(listings, pl.DataFrame) else read_catalog(str(listings), cfg.ingest)
-    )
+    (`lineage.record`; without one every product is first seen now). ``map_spans`` maps the
+    kNN search's partitions (`cluster.neighbours`)."""
+    frame = inputs.listings
+    if not isinstance(frame, pl.DataFrame):
+        frame = read_catalog(str(frame), cfg.ingest)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    mapper = None if map_spans is None else Mapper(out_dir / _PARTITIONS, map_spans)
+    mapper = map_spans and Mapper(out_dir / _PARTITIONS, map_spans)
     try:
         result = cluster_listings(
             cfg,

@@ -8,8 +8,9 @@ Prefect task on the configured runner (threads, Dask or Ray workers that share t
 function writes its rows next to the plan, named by its span, so a span run twice (a retried
 task on another worker) writes the same files again.
 
-A process holds at most one plan (`hold`, `held`): the stage's own objects while it maps on
-threads, or the plan a worker read for its first span of it.
+The process that writes a plan holds it (`hold`) until the map ends (`forget`), so spans mapped
+on threads use the stage's own objects; a worker process reads the plan for each span it runs
+and keeps nothing once the span is done, so an idle worker holds no memory.
 """
 
 from __future__ import annotations
@@ -68,12 +69,11 @@ def hold(folder: Path, plan: Any) -> None:
 
 
 def held(folder: str, read: Callable[[Path], T]) -> T:
-    """The plan of ``folder``: the one this process holds, else ``read(folder)``, then held."""
+    """The plan of ``folder``: the one this process holds, else ``read(folder)`` for the
+    caller alone."""
     with _held_lock:
-        if folder not in _held:
-            _held.clear()
-            _held[folder] = read(Path(folder))
-        return _held[folder]
+        plan = _held.get(folder)
+    return read(Path(folder)) if plan is None else plan
 
 
 def forget(folder: Path) -> None:

@@ -222,10 +222,8 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
             "queries_refiltered": settled.len(),
             "queries_mined": to_mine[S.QUERY].n_unique(),
         }
-    # Search and filter seconds are summed over the partitions (they overlap on several
-    # workers); the rest of the filtering (refilter, reuse) runs here.
     outside = time.perf_counter() - started - retrieval.info["index_s"] - mapped["wall_s"]
-    timings = {
+    timings = {  # search and filter: summed over the partitions, plus refilter and reuse here
         "embed_s": embedded.stats["embed_s"],
         "index_s": round(retrieval.info["index_s"], 3),
         "search_s": round(mapped["search_s"], 3),
