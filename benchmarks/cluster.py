@@ -101,7 +101,7 @@ STEPS = {
     "signatures_lsh": (("candidates", "minhash_pairs"),),
     "combine_verify": (("candidates", "combine_candidates"), ("stage", "verify")),
     "agglomerate": (("linkage", "agglomerate"),),
-    "write": (("stage", "products_frame"), ("pairs_file", "pairs_frame")),
+    "write": (("stage", "products_frame"), ("pairs_file", "write_pairs")),
 }
 MODULES = {
     "stage": cluster,

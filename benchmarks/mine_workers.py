@@ -7,7 +7,7 @@ on links to those two stages:
 
     .venv/bin/python benchmarks/mine_workers.py --run /tmp/ps-mem/run-123255 \
         --cache /tmp/ps-mem/cache --work /tmp/ps-mine [--workers 2 --memory-limit 4GB] \
-        [--set runner.mine_partition_queries=8192] [--json FIGURES.json]
+        [--set runner.mine_partition_queries=8192] [--arms here dask] [--json FIGURES.json]
 
 - ``here``: every partition one after the other in this process (`mine.partitions.map_here`);
 - ``threads``: the build flow's map, on Prefect's thread runner (`runner.workers` at a time);
@@ -35,6 +35,7 @@ from pairsieve.orchestration import steps
 from pairsieve.orchestration.flows import map_on_runner
 
 INTERVAL_S = 0.1
+ARMS = ("here", "threads", "dask")
 
 
 class Peaks(threading.Thread):
@@ -100,6 +101,7 @@ def main() -> None:
     parser.add_argument("--dask-partition", type=int, default=4_096, help="queries per task")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     args = parser.parse_args()
     from distributed import Client, LocalCluster
 
@@ -117,7 +119,7 @@ def main() -> None:
         Client(cluster) as client,
     ):
         worker_pids = sorted(client.run(os.getpid).values())
-        for arm in ("here", "threads", "dask"):
+        for arm in args.arms:
             runner = {"runner.task_runner": arm if arm != "here" else "threads"}
             if arm == "dask":
                 runner["runner.address"] = cluster.scheduler_address
@@ -128,9 +130,9 @@ def main() -> None:
             figures[arm] = mine_arm(arm, cfg, run_dir, pids)
             print(arm, json.dumps(figures[arm]), flush=True)
         figures["memory_limit"] = args.memory_limit
-    same = len({json.dumps(figures[arm]["sha256"]) for arm in ("here", "threads", "dask")}) == 1
+    same = len({json.dumps(figures[arm]["sha256"]) for arm in args.arms}) == 1
     figures["same_bytes"] = same
-    print("same bytes on all three:", same)
+    print(f"same bytes on {', '.join(args.arms)}:", same)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
 

@@ -3,6 +3,9 @@ signals, decision and ``p_same``, plus a row per listing that shares its node's 
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -10,6 +13,7 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster.candidates import NODE as _NODE
+from pairsieve.core import io
 
 if TYPE_CHECKING:
     from pairsieve.cluster.calibration import Calibration
@@ -32,18 +36,26 @@ def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
     return pl.Series(S.P_SAME, calibration.p_same(scored["score"].to_numpy(), vetoed))
 
 
-def pairs_frame(
-    result: Clustered, calibration: Calibration | None = None, consume: bool = False
-) -> pl.DataFrame:
-    """pairs.parquet: every scored candidate (by representative listing), plus exact duplicates,
-    sorted by (listing_a, listing_b). With ``calibration`` (the scores are the learned pair
-    model's), each pair gets its ``p_same``; without, ``p_same`` is null. ``consume``: drop
-    ``result.scored`` column by column while building (it is the other copy of tens of millions
-    of rows at 10^6 listings)."""
-    # Sorted by the listing ids' ranks (one int64 key per row) rather than by the two strings:
-    # the same order, as ``frame`` is sorted by listing id and no two rows share (listing_a,
-    # listing_b). Each output column is gathered once in that order, so the id strings are
-    # built once (not built, concatenated and sorted).
+_CHUNK = 1 << 21  # rows of the file built at a time
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The file's rows: the scored pairs (source rows 0..n-1), then one row per listing that
+    shares its node's title (rows n..). ``order`` lists source rows in file order; ``a`` and
+    ``b`` give each source row's listing_a in ``reps`` and listing_b in ``ids``."""
+
+    order: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    reps: pl.Series
+    ids: pl.Series
+
+
+def _rows(result: Clustered) -> _Rows:
+    """Sorted by the listing ids' ranks (one int64 key per row) rather than by the two strings:
+    the same order, as ``frame`` is sorted by listing id and no two rows share (listing_a,
+    listing_b)."""
     frame, scored = result.frame, result.scored
     rank = frame[S.LISTING_ID].rank("dense").cast(pl.Int64).to_numpy()
     frame_nodes = frame[_NODE].to_numpy().astype(np.int64)
@@ -61,28 +73,63 @@ def pairs_frame(
     reps = result.nodes[S.LISTING_ID].rechunk()
     # One chunk each before gathering: a gather from a two-chunk string column took 8x longer.
     ids = pl.concat([reps, frame[S.LISTING_ID]], rechunk=True)  # node reps, then every listing
-    columns = [
-        reps.gather(np.concatenate([a, frame_nodes[exact]])[order]).alias(S.LISTING_A),
-        ids.gather(np.concatenate([b, len(reps) + exact])[order]).alias(S.LISTING_B),
-    ]
-    del a, b
-    rest = [
-        (S.JACCARD, 1.0, pl.Float64),
-        (S.COSINE, 1.0, pl.Float64),
-        (S.LINK_SCORE, 1.0, pl.Float64),
-        (S.SIGNAL, "exact", pl.String),
-        (S.ACCEPTED, True, pl.Boolean),
-        (S.VETO_REASON, None, pl.String),
-    ]
-    sources = {name: scored[name] for name, _, _ in rest if name != S.LINK_SCORE}
-    sources[S.LINK_SCORE] = scored["score"].alias(S.LINK_SCORE)
-    rest.append((S.P_SAME, None if calibration is None else calibration.exact, pl.Float32))
-    sources[S.P_SAME] = _p_same(scored, calibration)
-    if consume:
-        result.scored = scored = None
-    for name, exact_value, dtype in rest:
-        filler = pl.repeat(exact_value, len(exact), dtype=dtype, eager=True).alias(name)
-        both = pl.concat([sources.pop(name).cast(dtype), filler], rechunk=True)
-        columns.append(both.gather(order))
-        del both
-    return pl.DataFrame(columns)
+    return _Rows(
+        order,
+        np.concatenate([a, frame_nodes[exact]]),
+        np.concatenate([b, len(reps) + exact]),
+        reps,
+        ids,
+    )
+
+
+def _values(scored: pl.DataFrame, calibration: Calibration | None) -> tuple[pl.DataFrame, ...]:
+    """The scored pairs' value columns (the same buffers, not a copy), and the one row of
+    values every listing that shares its node's title gets."""
+    values = scored.select(
+        pl.col(S.JACCARD).cast(pl.Float64),
+        pl.col(S.COSINE).cast(pl.Float64),
+        pl.col("score").cast(pl.Float64).alias(S.LINK_SCORE),
+        pl.col(S.SIGNAL).cast(pl.String),
+        pl.col(S.ACCEPTED).cast(pl.Boolean),
+        pl.col(S.VETO_REASON).cast(pl.String),
+    ).with_columns(_p_same(scored, calibration).cast(pl.Float32))
+    exact = {S.JACCARD: 1.0, S.COSINE: 1.0, S.LINK_SCORE: 1.0, S.SIGNAL: "exact",
+             S.ACCEPTED: True, S.VETO_REASON: None,
+             S.P_SAME: None if calibration is None else calibration.exact}  # fmt: skip
+    return values, pl.DataFrame({k: [v] for k, v in exact.items()}, schema=values.schema)
+
+
+def write_pairs(result: Clustered, calibration: Calibration | None, path: Path) -> Path:
+    """Write pairs.parquet: every scored candidate (by representative listing), plus exact
+    duplicates, sorted by (listing_a, listing_b). With ``calibration`` (the scores are the
+    learned pair model's), each pair gets its ``p_same``; without, ``p_same`` is null.
+
+    The file is built `_CHUNK` rows at a time into part files beside it and streamed into it:
+    the whole table (~95 bytes a pair, 32 M pairs at 10^6 listings) is never in memory, only
+    the scored pairs it is gathered from and a chunk.
+    """
+    rows = _rows(result)
+    values, exact = _values(result.scored, calibration)
+    n = len(values)
+    folder = path.parent / f".{path.name}.parts"
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        parts = []
+        for lo in range(0, max(len(rows.order), 1), _CHUNK):
+            sel = rows.order[lo : lo + _CHUNK]
+            scored_at, exact_at = np.flatnonzero(sel < n), np.flatnonzero(sel >= n)
+            both = pl.concat([values[sel[scored_at]], exact[np.zeros(len(exact_at), np.int64)]])
+            back = np.empty(len(sel), np.int64)  # chunk row -> row of ``both``
+            back[scored_at] = np.arange(len(scored_at))
+            back[exact_at] = len(scored_at) + np.arange(len(exact_at))
+            ends = pl.DataFrame(
+                [
+                    rows.reps.gather(rows.a[sel]).alias(S.LISTING_A),
+                    rows.ids.gather(rows.b[sel]).alias(S.LISTING_B),
+                ]
+            )
+            chunk = ends.hstack(both[back].get_columns())
+            parts.append(io.write_parquet(chunk, folder / f"{len(parts):06d}.parquet"))
+        return io.write_parquet(pl.scan_parquet(parts), path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

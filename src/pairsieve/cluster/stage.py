@@ -417,10 +417,8 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
         outputs.update(result.ivf.write(out_dir))
     found = result.details
     calibration = load_calibration() if uses_learned_verifier(cfg.cluster) else None
-    pairs = pairs_file.pairs_frame(result, calibration, consume=True)
+    pairs_file.write_pairs(result, calibration, out_dir / S.PAIRS_FILE)
     del result
-    io.write_parquet(pairs, out_dir / S.PAIRS_FILE)
-    del pairs
     sizes = products.group_by(S.PRODUCT_ID).len()
     details = {
         **found,

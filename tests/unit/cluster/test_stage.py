@@ -489,3 +489,35 @@ def test_code_block_pairs_equal_brute_force() -> None:
         wanted = rng.random(len(attrs)) < 0.2  # a day-2 build's changed titles
         some, _ = candidates.code_block_pairs(attrs, max_block, wanted)
         assert touching(some, wanted).tolist() == touching(pairs, wanted).tolist()
+
+
+def _from_disk(fn, plan, spans, cfg, step):
+    """Each span reads the plan from disk, as a worker process would."""
+    from pairsieve.core import partitions
+
+    partitions.forget(plan)
+    return [fn(plan, span, cfg) for span in spans]
+
+
+def test_mapped_search_and_chunked_pairs_file_give_the_same_bytes(
+    cfg, encoder, tmp_path, monkeypatch
+) -> None:
+    from pairsieve.cluster import neighbours, pairs_file
+
+    copies = pl.DataFrame({S.LISTING_ID: ["a4"], S.TITLE: [TITLES["a1"][0]]})
+    frame = pl.concat([catalog().drop("true_product_id"), copies])  # an exact duplicate row too
+    cluster.run(cfg, cluster.Inputs(frame), tmp_path / "whole", encoder=encoder)
+    monkeypatch.setattr(pairs_file, "_CHUNK", 3)
+    monkeypatch.setattr(neighbours, "KNN_QUERIES", 4)
+    cluster.run(
+        cfg, cluster.Inputs(frame), tmp_path / "spans", encoder=encoder, map_spans=_from_disk
+    )
+    whole = pl.read_parquet(tmp_path / "whole" / S.PAIRS_FILE)
+    assert whole.equals(pl.read_parquet(tmp_path / "spans" / S.PAIRS_FILE))
+    assert (whole[S.SIGNAL] == "exact").sum() >= 1 and len(whole) > 3  # spans several chunks
+    for name in (S.PRODUCTS_FILE,):
+        assert (tmp_path / "whole" / name).read_bytes() == (tmp_path / "spans" / name).read_bytes()
+    assert (
+        sorted(p.name for p in (tmp_path / "spans").iterdir() if p.name.startswith((".", "_")))
+        == []
+    )
