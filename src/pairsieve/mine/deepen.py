@@ -49,7 +49,7 @@ class Mined:
 _DEEPEN = 4  # each round looks this many times deeper for the queries still short
 
 
-_QUERY_BATCH = MINE_QUERY_BATCH
+_QUERY_BATCH = MINE_QUERY_BATCH  # queries scored and filtered together (see config)
 
 
 def mine_pairs(

@@ -181,8 +181,10 @@ def map_partitions(
     fn: Callable[[str, Span, Any], Any], plan: str, spans: list[Span], cfg: Any, step: str
 ) -> list[Any]:
     """``fn(plan, span, cfg)`` for every span, one mapped task each (a subflow, so that it runs
-    on the configured task runner); progress counts partitions as they end."""
-    futures = partition_task.map(unmapped(fn), unmapped(plan), spans, unmapped(cfg))
+    on the configured task runner; the tasks are named by ``step`` in the UI); progress counts
+    partitions as they end."""
+    tasks = partition_task.with_options(name=step, task_run_name=f"{step} {{span}}")
+    futures = tasks.map(unmapped(fn), unmapped(plan), spans, unmapped(cfg))
     return _counting(futures, [1] * len(spans), step, "partitions")
 
 
