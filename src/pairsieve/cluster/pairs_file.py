@@ -21,11 +21,11 @@ if TYPE_CHECKING:
 
 class Clustered(Protocol):
     """What the file is built from (a `cluster.stage.Clustering`): the listings with their
-    nodes, the nodes, and the scored node pairs (set to None to release them)."""
+    nodes, the nodes, and the scored node pairs."""
 
     frame: pl.DataFrame
     nodes: pl.DataFrame
-    scored: pl.DataFrame | None
+    scored: pl.DataFrame
 
 
 def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
