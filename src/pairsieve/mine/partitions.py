@@ -4,7 +4,7 @@ The stage writes a plan (the listings' index and vectors, the queries' vectors, 
 the listing -> product map); each partition mines a span of query rows and writes its rows next
 to it. Spans start at multiples of `MINE_QUERY_BATCH` and a span is mined batch by batch exactly
 as one span over all queries would be (`deepen.mine_span`), with a fixed thread count for the
-scores (`vectors.threads`): the rows are the same bytes whatever the partition size, the runner
+scores (`mine.retrieval`): the rows are the same bytes whatever the partition size, the runner
 or the number of workers.
 """
 
@@ -27,7 +27,6 @@ from pairsieve.core import partitions as parts
 from pairsieve.core.partitions import MapSpans, Span
 from pairsieve.mine.deepen import Mined, batch_edges, combine, dropped_part, mine_span
 from pairsieve.mine.retrieval import Retrieval
-from pairsieve.vectors.threads import fixed_threads
 
 STEP = "mining hard negatives"
 
@@ -95,10 +94,9 @@ def mine_partition(plan: str, span: Span, cfg: PairsieveConfig) -> SpanResult:
     loaded = parts.held(plan, Plan.read)
     retrieval = replace(loaded.retrieval, info={"search_s": 0.0})  # this span's own clock
     out = Path(plan).parent
-    with fixed_threads():
-        mined = mine_span(
-            retrieval, span, loaded.positives, loaded.products, cfg.mine, cfg.seed, spill=out
-        )
+    mined = mine_span(
+        retrieval, span, loaded.positives, loaded.products, cfg.mine, cfg.seed, spill=out
+    )
     lo = span[0]
     kept = io.write_parquet(mined.kept, out / f"kept-{lo:010d}.parquet")
     counts = io.write_parquet(mined.counts, out / f"counts-{lo:010d}.parquet")

@@ -23,6 +23,7 @@ from pairsieve.vectors.embed import (
     Encoder,
     embed_texts,
 )
+from pairsieve.vectors.threads import fixed_threads
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,8 @@ def embed_inputs(
 @dataclass(frozen=True)
 class Retrieval:
     """A faiss index over the listings and the distinct queries' vectors, searched as deep as
-    each query needs (`mine_pairs`)."""
+    each query needs (`mine_pairs`), at a fixed thread count so that the scores are the same
+    bytes on any worker (`vectors.threads`)."""
 
     index: Any
     queries: list[str]
@@ -94,7 +96,8 @@ class Retrieval:
         """(query, negative_listing_id, score, rank) for the top ``depth`` listings of the
         queries at ``rows`` (indices into ``queries``), from the index."""
         started = time.perf_counter()
-        scores, ids = knn.search(self.index, self.query_vectors[rows], depth)
+        with fixed_threads():
+            scores, ids = knn.search(self.index, self.query_vectors[rows], depth)
         self.info["search_s"] += time.perf_counter() - started
         names = [self.queries[i] for i in rows]
         return with_ranks(candidate_table(names, self.listing_ids, scores, ids))
@@ -106,9 +109,10 @@ class Retrieval:
         its ceiling, ranked in the full ranking and cut at ``max_rank``, from an exact scan
         (`knn.scan_below`); and per query the number of listings above its ceiling."""
         started = time.perf_counter()
-        row, ids, scores, ranks, above = knn.scan_below(
-            self.listing_vectors, self.query_vectors[rows], ceilings, head, depth
-        )
+        with fixed_threads():
+            row, ids, scores, ranks, above = knn.scan_below(
+                self.listing_vectors, self.query_vectors[rows], ceilings, head, depth
+            )
         self.info["search_s"] += time.perf_counter() - started
         table = pl.DataFrame(
             {

@@ -50,6 +50,7 @@ def test_fixed_threads_give_the_same_scores_as_a_single_thread_process(one_threa
 
 def test_fixed_threads_restore_the_counts_they_found():
     before = faiss.omp_get_max_threads()
-    with fixed_threads(1), fixed_threads(1):
-        assert faiss.omp_get_max_threads() == 1
-    assert faiss.omp_get_max_threads() == before
+    for _ in range(2):
+        with fixed_threads(1):
+            assert faiss.omp_get_max_threads() == 1
+        assert faiss.omp_get_max_threads() == before
