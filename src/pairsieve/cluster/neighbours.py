@@ -12,20 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faiss
 import numpy as np
 
 from pairsieve.config import PairsieveConfig
+from pairsieve.core import io
 from pairsieve.core import partitions as parts
-from pairsieve.core import progress
 from pairsieve.core.partitions import MapSpans, Span
 from pairsieve.vectors import knn, minhash
 from pairsieve.vectors.threads import fixed_threads
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 KNN_QUERIES = 65_536  # titles searched at a time: a multiple of faiss's 4,096-query BLAS block
 STEP = "finding nearest titles"
@@ -36,7 +33,7 @@ class Mapper:
     """Where a stage's partitioned steps write their plans, and the map that runs them."""
 
     folder: Path
-    map_spans: MapSpans = parts.map_here
+    map_spans: MapSpans
 
 
 @dataclass(frozen=True)
@@ -78,20 +75,13 @@ def _span_pairs(plan: NeighbourPlan, span: Span, cfg: PairsieveConfig) -> np.nda
 
 
 def neighbour_span(plan: str, span: Span, cfg: PairsieveConfig) -> str:
-    """A mapped span: its pairs into a file beside the plan folder, named by the span."""
+    """A mapped span: its pairs into a file beside the plan folder, named by the span (written
+    atomically, so a retried span never leaves a half-written file behind)."""
     pairs = _span_pairs(parts.held(plan, NeighbourPlan.read), span, cfg)
     path = Path(plan).parent / f"neighbours-{span[0]:010d}.npy"
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, pairs)
-    tmp.replace(path)  # a retried span never leaves a half-written file behind
+    with io.atomic_path(path) as tmp, open(tmp, "wb") as out:
+        np.save(out, pairs)
     return str(path)
-
-
-def _in_memory(plan: NeighbourPlan, spans: list[Span], cfg: PairsieveConfig) -> Iterator:
-    with progress.step(STEP, len(spans), "partitions") as counter:
-        for span in spans:
-            yield _span_pairs(plan, span, cfg)
-            counter.advance()
 
 
 def knn_pairs(  # noqa: PLR0913 - the search's inputs and where it may be mapped
@@ -111,8 +101,8 @@ def knn_pairs(  # noqa: PLR0913 - the search's inputs and where it may be mapped
     index = knn.build_index(vectors, cfg.knn, cfg.seed, layout, keys)
     plan = NeighbourPlan(index, vectors, rows)
     spans = parts.spans(len(rows), KNN_QUERIES)
-    if mapper is None:
-        found = list(_in_memory(plan, spans, cfg))
+    if mapper is None:  # the spans search the plan held here, no files
+        found = parts.map_here(lambda _, span, c: _span_pairs(plan, span, c), "", spans, cfg, STEP)
     else:
         folder = plan.write(mapper.folder / "neighbours-plan")
         try:
