@@ -22,11 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
-import psutil
+from stage_memory import Peaks
 
 from pairsieve.config import load_config, parse_override
 from pairsieve.core.io import sha256_file
@@ -34,28 +33,7 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.orchestration import steps
 from pairsieve.orchestration.flows import map_on_runner
 
-INTERVAL_S = 0.1
 ARMS = ("here", "threads", "dask")
-
-
-class Peaks(threading.Thread):
-    """Samples the resident set of each of some processes every `INTERVAL_S`; keeps the peaks."""
-
-    def __init__(self, pids: list[int]) -> None:
-        super().__init__(daemon=True)
-        self.processes = [psutil.Process(pid) for pid in pids]
-        self.peaks = dict.fromkeys(pids, 0)
-        self.running = True
-
-    def run(self) -> None:
-        while self.running:
-            for process in self.processes:
-                try:
-                    rss = process.memory_info().rss
-                except psutil.NoSuchProcess:
-                    continue
-                self.peaks[process.pid] = max(self.peaks[process.pid], rss)
-            time.sleep(INTERVAL_S)
 
 
 def fresh_run(source: Path, folder: Path) -> Path:
@@ -74,10 +52,8 @@ def mine_arm(arm: str, cfg, run_dir: Path, worker_pids: list[int]) -> dict:
     started = time.perf_counter()
     result = steps.mine_step(cfg, run_dir, map_spans=map_spans)
     seconds = time.perf_counter() - started
-    peaks.running = False
-    peaks.join()
     layout = RunLayout(run_dir)
-    gib = {pid: round(rss / 2**30, 2) for pid, rss in peaks.peaks.items()}
+    gib = {pid: round(rss / 2**30, 2) for pid, (rss, _) in peaks.stop().items()}
     return {
         "seconds": round(seconds, 1),
         "partitions": result.details["partitions"],

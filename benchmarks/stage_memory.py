@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -34,29 +35,44 @@ from pairsieve.datasets import synth
 INTERVAL_S = 0.1
 
 
-class Sampler(threading.Thread):
-    """Samples this process's resident set size, in bytes, every `INTERVAL_S`."""
+class Peaks(threading.Thread):
+    """Samples the resident set of each of some processes every `INTERVAL_S` and keeps each
+    one's peak, in bytes, with when it came (`time.perf_counter`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pids: list[int]) -> None:
         super().__init__(daemon=True)
-        self.samples: list[tuple[float, int]] = []
+        self.processes = [psutil.Process(pid) for pid in pids]
+        self.peaks = {pid: (0, 0.0) for pid in pids}
+        self.running = True
 
     def run(self) -> None:
-        process = psutil.Process()
-        while True:
-            self.samples.append((time.perf_counter(), process.memory_info().rss))
+        while self.running:
+            now = time.perf_counter()
+            for process in self.processes:
+                try:
+                    rss = process.memory_info().rss
+                except psutil.NoSuchProcess:
+                    continue
+                if rss > self.peaks[process.pid][0]:
+                    self.peaks[process.pid] = (rss, now)
             time.sleep(INTERVAL_S)
+
+    def stop(self) -> dict[int, tuple[int, float]]:
+        """Stop sampling; each process's (peak bytes, when)."""
+        self.running = False
+        self.join()
+        return self.peaks
 
 
 def measure_stage(stage: str, cfg, data: Path, run_dir: Path) -> dict:
     """Run one stage in this process and return its wall time, peak RSS and when it came."""
     baseline = psutil.Process().memory_info().rss
-    sampler = Sampler()
+    peaks = Peaks([os.getpid()])
     started = time.perf_counter()
-    sampler.start()
+    peaks.start()
     run_stage(stage, cfg, data, run_dir)
     ended = time.perf_counter()
-    rss, at = max((rss, t) for t, rss in sampler.samples)
+    rss, at = peaks.stop()[os.getpid()]
     figures = {
         "seconds": round(ended - started, 1),
         "peak_rss_gib": round(rss / 2**30, 2),
