@@ -23,6 +23,12 @@ def test_the_writer_holds_its_plan_and_a_worker_reads_it_per_span(tmp_path):
     assert reads == [folder, folder]  # read for each span, never kept
 
 
+def test_spans_cover_the_rows_once_in_order():
+    assert partitions.spans(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert partitions.spans(8, 4) == [(0, 4), (4, 8)]
+    assert partitions.spans(0, 4) == [(0, 0)]
+
+
 def test_map_here_runs_every_span_in_order():
     seen = []
 

@@ -18,12 +18,6 @@ from pairsieve.mine import stage as mine
 from tests.unit.mine.test_stage import CATALOG, deepening_case, frames
 
 
-def test_spans_cover_the_queries_once_in_order():
-    assert parts.spans(10, 4) == [(0, 4), (4, 8), (8, 10)]
-    assert parts.spans(8, 4) == [(0, 4), (4, 8)]
-    assert parts.spans(0, 4) == [(0, 0)]
-
-
 def test_batches_start_at_multiples_of_the_batch_whatever_the_span(monkeypatch):
     monkeypatch.setattr(deepen, "_QUERY_BATCH", 4)
     assert deepen.batch_edges((0, 10)) == [0, 4, 8, 10]
