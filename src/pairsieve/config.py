@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pairsieve.errors import PairsieveError
 
+# faiss scores queries 4,096 at a time: index shards and mining's query batches (whose candidate
+# tables are mining's working set: 2.5 GB at 2e5 listings, 4.6 GB at 16,384) are multiples of it.
+FAISS_BLOCK = MINE_QUERY_BATCH = 4_096
+
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -120,6 +124,13 @@ class KnnConfig(Section):
         None, ge=1, description="IVF lists; None derives 4*sqrt(n) from the index size."
     )
     nprobe: int = Field(16, ge=1, description="IVF lists visited per query.")
+    shard_vectors: int = Field(
+        262_144,
+        ge=FAISS_BLOCK,
+        multiple_of=FAISS_BLOCK,
+        description=f"Vectors per index shard (a multiple of {FAISS_BLOCK:,}). A task searching "
+        "the index holds one shard at a time (~1.5 KB a vector): its memory stays flat.",
+    )
 
 
 class ClusterConfig(Section):
@@ -221,11 +232,6 @@ class ClusterConfig(Section):
 
 
 MARGIN_LOOKAHEAD = 4  # candidates judged inside the margin per negative wanted (see below)
-# Queries mined together: their candidate tables (~250 rows per pair at 10^6 listings) and the
-# filter's joins are mining's working set (22 GB at 190k queries at once). At 2e5 listings a
-# batch of 16,384 queries peaked at 4.6 GB and one of 4,096 at 2.5 GB in the same time
-# (benchmarks/RESULTS.md, "memory per stage").
-MINE_QUERY_BATCH = 4_096
 
 
 class MineConfig(Section):

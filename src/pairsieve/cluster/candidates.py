@@ -160,9 +160,9 @@ def embedding_candidates(
     rows = None if unsettled is None else np.flatnonzero(unsettled)
     keys = text_keys(titles) if len(titles) > cfg.knn.exact_max else None  # IVF only
     pairs, index = knn_pairs(cfg, vectors, rows, previous, keys, mapper)
-    layout = None if keys is None else knn.layout_of(index, keys)
+    layout = None if keys is None else index.layout(keys)
     if layout is not None:
-        details["ivf_centroids"] = knn.centroid_source(index, previous)
+        details["ivf_centroids"] = knn.centroid_source(index.centroids, previous)
     return touching(pairs, unsettled), vectors, layout, details
 
 

@@ -4,24 +4,24 @@ A span is one search batch of `KNN_QUERIES` titles (a query's scores follow the 
 searched in, so the spans are fixed counts, never a function of the number of workers) searched
 at a fixed thread count (`vectors.threads`): the pairs are the same whatever runs the spans. In
 this process the spans search the index in memory; given a `Mapper` (a build's cluster stage),
-the index, the vectors and the rows to search go to a plan folder and each span is a task on
-the build's runner (`core.partitions`).
+the index is built shard by shard into a plan folder (`vectors.shards`), the vectors and the
+rows to search go beside it, and each span is a task on the build's runner (`core.partitions`)
+that reads its own rows and one shard at a time.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import faiss
 import numpy as np
 
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core import partitions as parts
 from pairsieve.core.partitions import MapSpans, Span
-from pairsieve.vectors import knn, minhash
+from pairsieve.vectors import knn, minhash, shards
+from pairsieve.vectors.shards import ShardedIndex
 from pairsieve.vectors.threads import fixed_threads
 
 KNN_QUERIES = 65_536  # titles searched at a time: a multiple of faiss's 4,096-query BLAS block
@@ -40,14 +40,14 @@ class Mapper:
 class NeighbourPlan:
     """The index over the titles' vectors and the rows whose neighbours are wanted."""
 
-    index: Any
+    index: ShardedIndex
     vectors: np.ndarray
     rows: np.ndarray
 
     def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` (created) and hold it in this process."""
-        folder.mkdir(parents=True, exist_ok=True)
-        faiss.write_index(self.index, str(folder / "index.faiss"))
+        """Write the plan into ``folder`` (where its index's shards already are, or go now)
+        and hold it in this process."""
+        self.index.write(folder / "index")
         np.save(folder / "vectors.npy", self.vectors)
         np.save(folder / "rows.npy", self.rows)
         parts.hold(folder, self)
@@ -55,8 +55,10 @@ class NeighbourPlan:
 
     @staticmethod
     def read(folder: Path) -> NeighbourPlan:
+        """The plan in ``folder``: shards read as they are searched, vectors memory-mapped
+        (a span gathers its own rows)."""
         return NeighbourPlan(
-            faiss.read_index(str(folder / "index.faiss")),
+            ShardedIndex.read(folder / "index"),
             np.load(folder / "vectors.npy", mmap_mode="r"),
             np.load(folder / "rows.npy"),
         )
@@ -67,7 +69,7 @@ def _span_pairs(plan: NeighbourPlan, span: Span, cfg: PairsieveConfig) -> np.nda
     at least ``min_cosine``."""
     part = plan.rows[span[0] : span[1]]
     with fixed_threads():
-        scores, ids = knn.search(plan.index, np.asarray(plan.vectors[part]), cfg.cluster.knn_k + 1)
+        scores, ids = plan.index.search(np.asarray(plan.vectors[part]), cfg.cluster.knn_k + 1)
     source = np.repeat(part, ids.shape[1])
     keep = (ids.ravel() >= 0) & (scores.ravel() >= cfg.cluster.min_cosine)
     pairs = np.stack([source[keep], ids.ravel()[keep]], axis=1).astype(np.int64)
@@ -91,20 +93,22 @@ def knn_pairs(  # noqa: PLR0913 - the search's inputs and where it may be mapped
     layout: knn.IvfLayout | None = None,
     keys: np.ndarray | None = None,
     mapper: Mapper | None = None,
-) -> tuple[np.ndarray, Any]:
+) -> tuple[np.ndarray, ShardedIndex]:
     """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
-    (with ``rows``, only the neighbours of those nodes are searched), and the faiss index
-    searched: a previous build's ``layout`` spares its IVF training and, for the titles with
-    ``keys`` it indexed, their assignment (`knn.build_index`). With ``mapper`` the spans run
-    on its map through a plan in its folder."""
+    (with ``rows``, only the neighbours of those nodes are searched), and the index searched: a
+    previous build's ``layout`` spares its IVF training and, for the titles with ``keys`` it
+    indexed, their assignment (`shards.build`). With ``mapper`` the index is built shard by
+    shard into a plan in its folder and the spans run on its map."""
     rows = np.arange(len(vectors)) if rows is None else rows
-    index = knn.build_index(vectors, cfg.knn, cfg.seed, layout, keys)
-    plan = NeighbourPlan(index, vectors, rows)
     spans = parts.spans(len(rows), KNN_QUERIES)
-    if mapper is None:  # the spans search the plan held here, no files
+    if mapper is None:  # the spans search the index held here, no files
+        index = shards.build(vectors, cfg.knn, cfg.seed, layout, keys)
+        plan = NeighbourPlan(index, vectors, rows)
         found = parts.map_here(lambda _, span, c: _span_pairs(plan, span, c), "", spans, cfg, STEP)
     else:
-        folder = plan.write(mapper.folder / "neighbours-plan")
+        folder = mapper.folder / "neighbours-plan"
+        index = shards.build(vectors, cfg.knn, cfg.seed, layout, keys, folder / "index")
+        NeighbourPlan(index, vectors, rows).write(folder)
         try:
             files = mapper.map_spans(neighbour_span, str(folder), spans, cfg, STEP)
             found = [np.load(path) for path in files]

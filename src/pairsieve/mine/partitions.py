@@ -1,8 +1,10 @@
 """Mining as a map over partitions of the sorted queries (`core.partitions`).
 
-The stage writes a plan (the listings' index and vectors, the queries' vectors, the positives and
-the listing -> product map); each partition mines a span of query rows and writes its rows next
-to it. Spans start at multiples of `MINE_QUERY_BATCH` and a span is mined batch by batch exactly
+The stage writes a plan (the listings' index in shards, their vectors, the queries' vectors, the
+positives and the listing -> product map); each partition mines a span of query rows and writes
+its rows next to it. A partition on a worker reads one index shard at a time, its own queries'
+vectors and the listing vectors a block at a time, so what it holds does not grow with the
+catalog. Spans start at multiples of `MINE_QUERY_BATCH` and a span is mined batch by batch exactly
 as one span over all queries would be (`deepen.mine_span`), with a fixed thread count for the
 scores (`mine.retrieval`): the rows are the same bytes whatever the partition size, the runner
 or the number of workers.
@@ -16,7 +18,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 import polars as pl
 
@@ -27,8 +28,11 @@ from pairsieve.core import partitions as parts
 from pairsieve.core.partitions import MapSpans, Span
 from pairsieve.mine.deepen import Mined, batch_edges, combine, dropped_part, mine_span
 from pairsieve.mine.retrieval import Retrieval
+from pairsieve.vectors.knn import VectorFile
+from pairsieve.vectors.shards import ShardedIndex
 
 STEP = "mining hard negatives"
+PLAN = "plan"  # the plan's folder in the folder the stage gives `mine_mapped`
 
 
 @dataclass(frozen=True)
@@ -41,12 +45,12 @@ class Plan:
     products: pl.DataFrame
 
     def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` (created) and keep it loaded for this process."""
-        folder.mkdir(parents=True, exist_ok=True)
+        """Write the plan into ``folder`` (where the index's shards may already be) and keep it
+        loaded for this process."""
         r = self.retrieval
+        r.index.write(folder / "index")
         np.save(folder / "query_vectors.npy", r.query_vectors)
         np.save(folder / "listing_vectors.npy", r.listing_vectors)
-        faiss.write_index(r.index, str(folder / "index.faiss"))
         io.write_parquet(
             pl.DataFrame({S.QUERY: r.queries}, {S.QUERY: pl.String}), folder / "queries.parquet"
         )
@@ -60,13 +64,14 @@ class Plan:
 
     @staticmethod
     def read(folder: Path) -> Plan:
-        """The plan in ``folder``; the listing vectors stay on disk (memory-mapped)."""
+        """The plan in ``folder``: the index shards and the listing vectors are read when
+        searched, the queries' vectors memory-mapped (a span gathers its own)."""
         retrieval = Retrieval(
-            faiss.read_index(str(folder / "index.faiss")),
+            ShardedIndex.read(folder / "index"),
             pl.read_parquet(folder / "queries.parquet")[S.QUERY].to_list(),
             pl.read_parquet(folder / "listing_ids.parquet")[S.LISTING_ID].to_list(),
-            np.load(folder / "query_vectors.npy"),
-            np.load(folder / "listing_vectors.npy", mmap_mode="r"),
+            np.load(folder / "query_vectors.npy", mmap_mode="r"),
+            VectorFile(folder / "listing_vectors.npy"),
             json.loads((folder / "info.json").read_text()),
         )
         positives = pl.read_parquet(folder / "positives.parquet")
@@ -137,11 +142,12 @@ def mine_mapped(  # noqa: PLR0913 - the plan's parts, where it goes, and the map
     folder: Path,
     map_spans: MapSpans | None = None,
 ) -> tuple[Mined, dict[str, Any]]:
-    """Mine every query of ``retrieval`` through a plan in ``folder`` (an existing, empty
-    folder the caller removes), mapped with ``map_spans`` (default `map_here`); and the map's
-    figures: partitions, their summed search and filter seconds, and the wall seconds."""
+    """Mine every query of ``retrieval`` through a plan in ``folder / PLAN`` (``folder``
+    exists, and the caller removes it; the index may already be in the plan), mapped with
+    ``map_spans`` (default `map_here`); and the map's figures: partitions, their summed search
+    and filter seconds, and the wall seconds."""
     started = time.perf_counter()
-    plan = Plan(retrieval, positives, products).write(folder / "plan")
+    plan = Plan(retrieval, positives, products).write(folder / PLAN)
     spans = parts.spans(len(retrieval.queries), cfg.runner.mine_partition_queries)
     try:
         results = (map_spans or parts.map_here)(mine_partition, str(plan), spans, cfg, STEP)

@@ -1,11 +1,13 @@
 """Mining's retrieval half: embed the distinct queries and listings with the shared cache, build
-a faiss index over the listings (exact up to `knn.exact_max`, IVF above) and turn its answers into
-candidate tables; `positive_table` scores each clicked (query, listing) pair."""
+a faiss index over the listings (exact up to `knn.exact_max`, IVF above, in shards of
+`knn.shard_vectors`) and turn its answers into candidate tables; `positive_table` scores each
+clicked (query, listing) pair."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ from pairsieve.core.hashing import text_keys
 from pairsieve.mine.filters import (
     with_ranks,
 )
-from pairsieve.vectors import knn
+from pairsieve.vectors import knn, shards
 from pairsieve.vectors.embed import (
     EmbeddingCache,
     Encoder,
@@ -81,15 +83,16 @@ def embed_inputs(
 
 @dataclass(frozen=True)
 class Retrieval:
-    """A faiss index over the listings and the distinct queries' vectors, searched as deep as
-    each query needs (`mine_pairs`), at a fixed thread count so that the scores are the same
-    bytes on any worker (`vectors.threads`)."""
+    """A sharded faiss index over the listings and the distinct queries' vectors, searched as
+    deep as each query needs (`mine_pairs`), at a fixed thread count so that the scores are the
+    same bytes on any worker (`vectors.threads`). The listing vectors, which the exact scan
+    below the margin reads, may be a `knn.VectorFile`."""
 
-    index: Any
+    index: shards.ShardedIndex
     queries: list[str]
     listing_ids: list[str]
     query_vectors: np.ndarray
-    listing_vectors: np.ndarray
+    listing_vectors: np.ndarray | knn.VectorFile
     info: dict[str, Any]
 
     def candidates(self, rows: np.ndarray, depth: int) -> pl.DataFrame:
@@ -97,7 +100,7 @@ class Retrieval:
         queries at ``rows`` (indices into ``queries``), from the index."""
         started = time.perf_counter()
         with fixed_threads():
-            scores, ids = knn.search(self.index, self.query_vectors[rows], depth)
+            scores, ids = self.index.search(self.query_vectors[rows], depth)
         self.info["search_s"] += time.perf_counter() - started
         names = [self.queries[i] for i in rows]
         return with_ranks(candidate_table(names, self.listing_ids, scores, ids))
@@ -126,21 +129,26 @@ class Retrieval:
 
 
 def build_retrieval(
-    embedded: Embedded, cfg: PairsieveConfig, layout: knn.IvfLayout | None = None
+    embedded: Embedded,
+    cfg: PairsieveConfig,
+    layout: knn.IvfLayout | None = None,
+    folder: Path | None = None,
 ) -> Retrieval:
-    """Exact `IndexFlatIP` up to ``knn.exact_max`` listings, IVF above (see
-    `pairsieve.vectors.knn`; a previous build's ``layout`` spares the IVF training while its
-    centroids fit, and the assignment of the titles it indexed)."""
+    """Exact `IndexFlatIP` shards up to ``knn.exact_max`` listings, IVF above (see
+    `pairsieve.vectors.shards`; a previous build's ``layout`` spares the IVF training while its
+    centroids fit, and the assignment of the titles it indexed); with ``folder``, the shards go
+    to files there as they are built."""
     started = time.perf_counter()
-    index = knn.build_index(
-        embedded.listing_vectors, cfg.knn, cfg.seed, layout, embedded.listing_keys
+    index = shards.build(
+        embedded.listing_vectors, cfg.knn, cfg.seed, layout, embedded.listing_keys, folder
     )
     info = {
-        "index": type(index).__name__,
+        "index": index.kind,
+        "index_shards": len(index.shards),
         "index_s": time.perf_counter() - started,
         "search_s": 0.0,
     }
-    info["ivf_centroids"] = knn.centroid_source(index, layout)
+    info["ivf_centroids"] = knn.centroid_source(index.centroids, layout)
     return Retrieval(
         index,
         embedded.queries,

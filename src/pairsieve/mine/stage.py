@@ -201,7 +201,8 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     if state is not None and plan.refiltered.len():
         refiltered = refilter(state, plan.refiltered, positives, info, cfg)
     settled = none if refiltered is None else refiltered.queries
-    retrieval = build_retrieval(embedded.without(settled), cfg, state.ivf if state else None)
+    ivf, index_folder = (state.ivf if state else None), spill / partitions.PLAN / "index"
+    retrieval = build_retrieval(embedded.without(settled), cfg, ivf, index_folder)
     to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
     mined, mapped = partitions.mine_mapped(retrieval, to_mine, info, cfg, spill, map_spans)
     counts, kept, dropped, reasons = _with_refiltered(mined, refiltered)
@@ -212,8 +213,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         "partitions": mapped["partitions"],
         "skipped_above_ceiling": mined.skipped_above_ceiling,
         "retrieval_rounds": mined.rounds,
-        "index": retrieval.info["index"],
-        "ivf_centroids": retrieval.info["ivf_centroids"],
+        **{k: retrieval.info[k] for k in ("index", "index_shards", "ivf_centroids")},
         "embedding": {k: v for k, v in embedded.stats.items() if k != "embed_s"},
     }
     if previous is not None:
@@ -230,7 +230,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         "filter_s": round(mapped["filter_s"] + outside, 3),
         "mine_wall_s": round(mapped["wall_s"], 3),
     }
-    layout = knn.layout_of(retrieval.index, embedded.listing_keys)  # embed_inputs sets the keys
+    layout = retrieval.index.layout(embedded.listing_keys)  # embed_inputs sets the keys
     return _Rows(counts, kept, dropped, reasons, timings, details, layout)
 
 

@@ -32,6 +32,32 @@ _GATHER_CHUNK = 1 << 14  # pairs per gather in `pair_scores`: 25 MB a side at d 
 _REFIT_RATIO = 1.25  # retrain when the size calls for this many times more (or fewer) lists
 
 
+class VectorFile:
+    """(n, d) float32 vectors in a ``.npy`` file, read a block of rows at a time: slicing
+    reads those rows into memory of their own (a memory-mapped file would keep every page it
+    touched resident until it is unmapped)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        mapped = np.load(self.path, mmap_mode="r")  # for its header only
+        if not mapped.flags.c_contiguous or mapped.dtype != np.float32 or mapped.ndim != 2:
+            raise ValueError(f"{self.path}: not a C-ordered (n, d) float32 array")
+        self.shape: tuple[int, int] = mapped.shape
+        self._offset: int = mapped.offset
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, step = rows.indices(self.shape[0])
+        if step != 1:
+            raise IndexError("VectorFile reads runs of rows only")
+        count = max(0, stop - start) * self.shape[1]
+        offset = self._offset + start * self.shape[1] * 4
+        block = np.fromfile(self.path, np.float32, count=count, offset=offset)
+        return block.reshape(-1, self.shape[1])
+
+
 def nlist_for(n: int, cfg: KnnConfig) -> int:
     """IVF lists for ``n`` vectors: ``cfg.nlist``, else 4 * sqrt(n)."""
     return cfg.nlist or max(1, int(4 * math.sqrt(n)))
@@ -76,62 +102,49 @@ class IvfLayout:
         return IvfLayout(centroids, keys, lists)
 
 
-def build_index(
+def coarse_lists(
     vectors: np.ndarray,
     cfg: KnnConfig,
     seed: int = 13,
     previous: IvfLayout | None = None,
     keys: np.ndarray | None = None,
-) -> faiss.Index:
-    """Index (n, d) float32 unit vectors: exact when small, IVF-flat when large.
+) -> tuple[faiss.IndexFlatIP, np.ndarray]:
+    """An IVF quantizer over (n, d) float32 unit vectors and the list of every vector (n,).
 
-    The IVF index's centroids are trained on a seeded sample, or taken from ``previous`` when
-    they fit this index (`centroids_fit`, no training); then each vector whose text key (in
-    ``keys``, (n,) uint64) ``previous`` indexed goes to the list it went to there, and only the
-    others are scored against the centroids.
+    The centroids are trained on a seeded sample, or taken from ``previous`` when they fit this
+    index (`centroids_fit`, no training); then each vector whose text key (in ``keys``, (n,)
+    uint64) ``previous`` indexed goes to the list it went to there, and only the others are
+    scored against the centroids.
     """
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     n, dim = vectors.shape
-    if n <= cfg.exact_max:
-        index = faiss.IndexFlatIP(dim)
-        index.add(vectors)
-        return index
     quantizer = faiss.IndexFlatIP(dim)
     known = np.full(n, -1, np.int64)
     if previous is not None and centroids_fit(previous.centroids, n, dim, cfg):
-        centroids = np.ascontiguousarray(previous.centroids, dtype=np.float32)
-        quantizer.add(centroids)
-        index = faiss.IndexIVFFlat(quantizer, dim, len(centroids), faiss.METRIC_INNER_PRODUCT)
+        quantizer.add(np.ascontiguousarray(previous.centroids, dtype=np.float32))
         if keys is not None:
             known = previous.lists_of(keys)
     else:
         nlist = nlist_for(n, cfg)
-        index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+        trainer = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
         sample = np.random.default_rng(seed).choice(n, min(n, nlist * 64), replace=False)
-        index.cp.seed = seed
-        index.train(vectors[np.sort(sample)])
-    index.nprobe = cfg.nprobe
+        trainer.cp.seed = seed
+        trainer.train(vectors[np.sort(sample)])
     new = np.flatnonzero(known < 0)
     if len(new):
         known[new] = quantizer.assign(vectors[new], 1).ravel()
-    index.add_core(n, faiss.swig_ptr(vectors), None, faiss.swig_ptr(known))
+    return quantizer, known
+
+
+def ivf_index(
+    quantizer: faiss.IndexFlatIP, vectors: np.ndarray, lists: np.ndarray, cfg: KnnConfig
+) -> faiss.IndexIVFFlat:
+    """An IVF-flat index over (m, d) float32 ``vectors``, each put in its given list."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    lists = np.ascontiguousarray(lists, dtype=np.int64)
+    index = faiss.IndexIVFFlat(quantizer, quantizer.d, quantizer.ntotal, faiss.METRIC_INNER_PRODUCT)
+    index.nprobe = cfg.nprobe
+    index.add_core(len(vectors), faiss.swig_ptr(vectors), None, faiss.swig_ptr(lists))
     return index
-
-
-def layout_of(index: faiss.Index, keys: np.ndarray) -> IvfLayout | None:
-    """The `IvfLayout` of an IVF index whose vectors are the texts with ``keys`` (n,) uint64 (in
-    index order); None for an exact index."""
-    centroids = centroids_of(index)
-    if centroids is None:
-        return None
-    lists = np.empty(index.ntotal, np.int64)
-    inverted = index.invlists
-    for number in range(index.nlist):
-        size = inverted.list_size(number)
-        if size:
-            lists[faiss.rev_swig_ptr(inverted.get_ids(number), size)] = number
-    distinct, first = np.unique(np.asarray(keys, np.uint64), return_index=True)
-    return IvfLayout(centroids, distinct, lists[first])
 
 
 def centroids_fit(centroids: np.ndarray | None, n: int, dim: int, cfg: KnnConfig) -> bool:
@@ -146,22 +159,13 @@ def centroids_fit(centroids: np.ndarray | None, n: int, dim: int, cfg: KnnConfig
     return wanted / _REFIT_RATIO <= have <= wanted * _REFIT_RATIO
 
 
-def centroids_of(index: faiss.Index) -> np.ndarray | None:
-    """The coarse centroids (nlist, d) float32 of an IVF index; None for an exact one."""
-    if not isinstance(index, faiss.IndexIVF):
-        return None
-    quantizer = faiss.downcast_index(index.quantizer)
-    return quantizer.reconstruct_n(0, quantizer.ntotal)
-
-
-def centroid_source(index: faiss.Index, previous: IvfLayout | None) -> str | None:
-    """How ``index`` got its IVF centroids: "reused" (from ``previous``), "trained", or None for
-    an exact index."""
-    used = centroids_of(index)
-    if used is None:
+def centroid_source(centroids: np.ndarray | None, previous: IvfLayout | None) -> str | None:
+    """How an index got its IVF ``centroids``: "reused" (from ``previous``), "trained", or None
+    for an exact index (no centroids)."""
+    if centroids is None:
         return None
     given = None if previous is None else previous.centroids
-    return "reused" if given is not None and np.array_equal(used, given) else "trained"
+    return "reused" if given is not None and np.array_equal(centroids, given) else "trained"
 
 
 def write_centroids(centroids: np.ndarray, path: Path) -> None:
@@ -345,7 +349,7 @@ def _select_rows(
 
 
 def scan_below(
-    vectors: np.ndarray,
+    vectors: np.ndarray | VectorFile,
     queries: np.ndarray,
     ceilings: np.ndarray,
     head: int,
@@ -360,19 +364,23 @@ def scan_below(
     below the margin without materialising the thousands. Scores `_QUERY_CHUNK` queries at a
     time against blocks of listings of about ``chunk_cells`` scores (128 MB): many queries per
     pass over the listing vectors keep the matrix product compute-bound, not memory-bound.
+    ``vectors`` may be a `VectorFile`: each block is then read from disk and released, so the
+    scan holds one block of the listings, never all of them.
 
     Returns:
         (query_row, id, score, rank) as flat arrays, and ``above`` (m,): listings per query
         scoring above its ceiling.
     """
-    vectors = np.ascontiguousarray(vectors, np.float32)
     n = len(vectors)
     head, depth = min(head, n), min(depth, n)
     parts, above_all = [], []
     for start in range(0, len(queries), _QUERY_CHUNK):
         chunk = np.ascontiguousarray(queries[start : start + _QUERY_CHUNK], np.float32)
         block = max(1, chunk_cells // len(chunk))
-        scored = ((first, chunk @ vectors[first : first + block].T) for first in range(0, n, block))
+        scored = (
+            (first, chunk @ np.asarray(vectors[first : first + block], np.float32).T)
+            for first in range(0, n, block)
+        )
         top, top_scores, below, below_scores, found, above = _select_rows(
             scored, ceilings[start : start + len(chunk)], head, depth
         )

@@ -1,14 +1,15 @@
-"""faiss index build and search: exact below `exact_max`, IVF above it."""
+"""faiss index build and search: exact below `exact_max`, IVF above it (one shard; the shards
+themselves are tested in test_shards.py)."""
 
 from __future__ import annotations
 
-import faiss
 import numpy as np
 import pytest
 
 from pairsieve.config import KnnConfig
 from pairsieve.vectors import knn
-from pairsieve.vectors.knn import build_index, scan_below, search
+from pairsieve.vectors.knn import scan_below
+from pairsieve.vectors.shards import build as build_index
 
 
 def unit_vectors(n: int, dim: int = 32, seed: int = 0) -> np.ndarray:
@@ -19,8 +20,8 @@ def unit_vectors(n: int, dim: int = 32, seed: int = 0) -> np.ndarray:
 def test_exact_index_finds_each_vector_first_with_cosine_one():
     vectors = unit_vectors(200)
     index = build_index(vectors, KnnConfig())
-    assert isinstance(index, faiss.IndexFlatIP)
-    scores, ids = search(index, vectors, k=5)
+    assert index.kind == "IndexFlatIP" and len(index.shards) == 1
+    scores, ids = index.search(vectors, k=5)
     assert scores.shape == ids.shape == (200, 5) and ids.dtype == np.int64
     np.testing.assert_array_equal(ids[:, 0], np.arange(200))
     np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
@@ -32,16 +33,16 @@ def test_exact_index_finds_each_vector_first_with_cosine_one():
 def test_ties_are_ordered_by_id_whatever_the_insert_order():
     base = unit_vectors(1, seed=3)
     vectors = np.repeat(base, 6, axis=0)  # six identical listings
-    scores, ids = search(build_index(vectors, KnnConfig()), base, k=6)
+    scores, ids = build_index(vectors, KnnConfig()).search(base, k=6)
     assert ids[0].tolist() == [0, 1, 2, 3, 4, 5]
     assert np.ptp(scores) < 1e-6
 
 
 def test_k_larger_than_index_and_empty_queries():
     vectors = unit_vectors(3)
-    scores, ids = search(build_index(vectors, KnnConfig()), vectors[:2], k=10)
+    scores, ids = build_index(vectors, KnnConfig()).search(vectors[:2], k=10)
     assert ids.shape == (2, 3)
-    scores, ids = search(build_index(vectors, KnnConfig()), np.empty((0, 32), np.float32), k=4)
+    scores, ids = build_index(vectors, KnnConfig()).search(np.empty((0, 32), np.float32), k=4)
     assert scores.shape == ids.shape == (0, 0)
 
 
@@ -50,9 +51,9 @@ def test_ivf_above_exact_max_recalls_exact_neighbours():
     queries = vectors[:300] + 0.05 * unit_vectors(300, seed=2)
     cfg = KnnConfig(exact_max=1000, nprobe=16)
     index = build_index(vectors, cfg)
-    assert isinstance(index, faiss.IndexIVFFlat) and index.nprobe == 16
-    _, approx = search(index, queries, k=10)
-    _, exact = search(build_index(vectors, KnnConfig()), queries, k=10)
+    assert index.kind == "IndexIVFFlat" and index.shards[0].nprobe == 16
+    _, approx = index.search(queries, k=10)
+    _, exact = build_index(vectors, KnnConfig()).search(queries, k=10)
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)])
     assert recall > 0.6  # random 32-d data is IVF's worst case; real embeddings cluster
     assert (approx[:, 0] == np.arange(300)).mean() > 0.95  # the near-copy is found
@@ -61,14 +62,14 @@ def test_ivf_above_exact_max_recalls_exact_neighbours():
 def test_ivf_build_is_deterministic_for_a_seed():
     vectors = unit_vectors(3000, seed=4)
     cfg = KnnConfig(exact_max=500)
-    first = search(build_index(vectors, cfg, seed=7), vectors[:50], k=5)
-    second = search(build_index(vectors, cfg, seed=7), vectors[:50], k=5)
+    first = build_index(vectors, cfg, seed=7).search(vectors[:50], k=5)
+    second = build_index(vectors, cfg, seed=7).search(vectors[:50], k=5)
     np.testing.assert_array_equal(first[1], second[1])
 
 
 def layout_for(vectors: np.ndarray, cfg: KnnConfig, keys: np.ndarray, tmp_path) -> knn.IvfLayout:
     """The layout of a fresh index over ``vectors``, written and read back."""
-    layout = knn.layout_of(build_index(vectors, cfg), keys)
+    layout = build_index(vectors, cfg).layout(keys)
     assert set(layout.write(tmp_path).values()) == {knn.CENTROIDS_FILE, knn.LISTS_FILE}
     stored = knn.IvfLayout.read(tmp_path)
     for name in ("centroids", "keys", "lists"):
@@ -86,29 +87,28 @@ def test_previous_centroids_serve_while_they_fit_and_are_trained_anew_when_they_
     assert knn.IvfLayout.read(tmp_path / "absent") is None
     # The same centroids give the same index, without training.
     rebuilt = build_index(vectors, cfg, previous=stored)
-    np.testing.assert_array_equal(knn.centroids_of(rebuilt), stored.centroids)
-    assert knn.centroid_source(rebuilt, stored) == "reused"
-    assert knn.centroid_source(trained, None) == "trained"
-    for a, b in zip(
-        search(trained, vectors[:40], 5), search(rebuilt, vectors[:40], 5), strict=True
-    ):
+    np.testing.assert_array_equal(rebuilt.centroids, stored.centroids)
+    assert knn.centroid_source(rebuilt.centroids, stored) == "reused"
+    assert knn.centroid_source(trained.centroids, None) == "trained"
+    for a, b in zip(trained.search(vectors[:40], 5), rebuilt.search(vectors[:40], 5), strict=True):
         np.testing.assert_array_equal(a, b)
     # A day's growth keeps them; a catalog four times larger (twice the lists) retrains.
     grown = unit_vectors(3300, seed=6)
     assert knn.centroids_fit(stored.centroids, 3300, 32, cfg)
     np.testing.assert_array_equal(
-        knn.centroids_of(build_index(grown, cfg, previous=stored)), stored.centroids
+        build_index(grown, cfg, previous=stored).centroids, stored.centroids
     )
     assert not knn.centroids_fit(stored.centroids, 12_000, 32, cfg)
-    assert len(knn.centroids_of(build_index(unit_vectors(12_000), cfg, previous=stored))) == (
+    assert len(build_index(unit_vectors(12_000), cfg, previous=stored).centroids) == (
         knn.nlist_for(12_000, cfg)
     )
     # Other dimensions, or a list count the config fixes, never take foreign centroids.
     assert not knn.centroids_fit(stored.centroids, 3000, 64, cfg)
     assert not knn.centroids_fit(stored.centroids, 3000, 32, KnnConfig(exact_max=500, nlist=100))
     assert not knn.centroids_fit(None, 3000, 32, cfg)
-    assert knn.centroids_of(build_index(unit_vectors(100), cfg)) is None  # exact index
-    assert knn.layout_of(build_index(unit_vectors(100), cfg), keys[:100]) is None
+    assert build_index(unit_vectors(100), cfg).centroids is None  # exact index
+    assert build_index(unit_vectors(100), cfg).layout(keys[:100]) is None
+    assert knn.centroid_source(None, stored) is None
 
 
 def test_known_texts_keep_their_previous_list_and_only_new_ones_are_assigned(tmp_path):
@@ -125,7 +125,7 @@ def test_known_texts_keep_their_previous_list_and_only_new_ones_are_assigned(tmp
     today = np.concatenate([vectors[200:][::-1], new_vectors])
     today_keys = np.concatenate([keys[200:][::-1], np.arange(150, dtype=np.uint64)])
     index = build_index(today, cfg, previous=previous, keys=today_keys)
-    layout = knn.layout_of(index, today_keys)
+    layout = index.layout(today_keys)
     lists = layout.lists_of(today_keys)
     np.testing.assert_array_equal(lists[:2800], previous.lists_of(today_keys[:2800]))
     nearest = np.argmax(new_vectors @ previous.centroids.T, axis=1)
@@ -133,13 +133,14 @@ def test_known_texts_keep_their_previous_list_and_only_new_ones_are_assigned(tmp
     assert layout.lists_of(moved[None])[0] == previous.lists_of(moved[None])[0]
     assert (previous.lists_of(np.array([1, 2**63], np.uint64)) == -1).all()  # never indexed
     # Searching finds the vectors wherever their lists are: each is its own nearest neighbour.
-    index.nprobe = index.nlist
-    assert (search(index, today, 1)[1][:, 0] == np.arange(len(today))).all()
+    every_list = cfg.model_copy(update={"nprobe": len(previous.centroids)})
+    index = build_index(today, every_list, previous=previous, keys=today_keys)
+    assert (index.search(today, 1)[1][:, 0] == np.arange(len(today))).all()
     # A build written before lists were stored gives centroids alone: all are assigned.
     (tmp_path / knn.LISTS_FILE).unlink()
     old = knn.IvfLayout.read(tmp_path)
     assert len(old.keys) == 0 and (old.lists_of(today_keys) == -1).all()
-    rebuilt = knn.layout_of(build_index(today, cfg, previous=old, keys=today_keys), today_keys)
+    rebuilt = build_index(today, cfg, previous=old, keys=today_keys).layout(today_keys)
     assert rebuilt.lists_of(moved[None])[0] != previous.lists_of(moved[None])[0]
 
 

@@ -43,9 +43,10 @@ def one_thread_env(monkeypatch):
 @pytest.mark.skipif(faiss.omp_get_max_threads() < 2, reason="needs 2 cores to differ")
 def test_fixed_threads_give_the_same_scores_as_a_single_thread_process(one_thread_env):
     assert _in_a_single_thread_process(fixed=True) == _scores(fixed=True)
-    # the control: without the fixed count, the last bits follow the thread count
+    # the control: without the fixed count, the last bits follow the thread count (in faiss's
+    # search at least; whether numpy's product moves too depends on the CPU's BLAS kernels)
     there, here = _in_a_single_thread_process(fixed=False), _scores(fixed=False)
-    assert there[0] != here[0] and there[1] != here[1]
+    assert there != here
 
 
 def test_fixed_threads_restore_the_counts_they_found():

@@ -1,0 +1,145 @@
+"""A faiss index in shards of a fixed number of vectors, searched one shard at a time.
+
+A task that searches the whole catalog's index holds one shard of it, not the catalog, so its
+memory stays flat as the catalog grows; the shards can live in files (a plan folder that every
+worker reads) and are then read when searched and released after. Each query's top-k over all
+shards is the merge of its top-k in each shard.
+
+The merge gives the one index's answer, not an approximation of it: the IVF shards share one
+coarse quantizer, so a query probes the same lists in every shard and meets exactly the vectors
+the one index would scan; exact shards score the same (query, vector) products as one exact
+index, because shards start at multiples of faiss's 4,096-vector BLAS block (ties at rank k can
+fall either way in both). The layout a day-2 build reuses (`knn.IvfLayout`) comes from the
+quantizer and the list each vector was assigned, which the shards keep.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from pairsieve.config import KnnConfig
+from pairsieve.core import io
+from pairsieve.vectors import knn
+
+_MANIFEST = "shards.json"
+
+
+@dataclass
+class ShardedIndex:
+    """Shards over consecutive runs of vectors: shard ``i`` holds rows ``starts[i]`` onward,
+    either in memory (a faiss index) or in a file read when searched."""
+
+    kind: str  # the faiss class of the shards, "IndexFlatIP" or "IndexIVFFlat"
+    starts: list[int]
+    ntotal: int
+    shards: list[Any]  # faiss indexes, or paths of their files
+    centroids: np.ndarray | None = None  # the shared coarse quantizer (IVF only)
+    lists: np.ndarray | None = field(default=None, repr=False)  # (n,) each vector's IVF list
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` over all shards, as `knn.search`: (scores, ids), best first, ties to the
+        smaller id, ids -1 where fewer exist."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        k = min(k, self.ntotal)
+        found = [
+            _offset(knn.search(_load(shard), queries, k), start)
+            for shard, start in zip(self.shards, self.starts, strict=True)
+        ]
+        if len(found) == 1:
+            return found[0]
+        scores = np.concatenate([s for s, _ in found], axis=1)
+        ids = np.concatenate([i for _, i in found], axis=1)
+        order = np.lexsort((np.where(ids < 0, np.iinfo(np.int64).max, ids), -scores), axis=1)
+        order = order[:, :k]
+        return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+    def layout(self, keys: np.ndarray) -> knn.IvfLayout | None:
+        """The `knn.IvfLayout` of the vectors with text ``keys`` (n,) uint64, in index order;
+        None for exact shards."""
+        if self.centroids is None or self.lists is None:
+            return None
+        distinct, first = np.unique(np.asarray(keys, np.uint64), return_index=True)
+        return knn.IvfLayout(self.centroids, distinct, self.lists[first])
+
+    def write(self, folder: Path) -> ShardedIndex:
+        """The same index with its shards in files in ``folder`` (created), and a manifest."""
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for number, shard in enumerate(self.shards):
+            path = folder / f"shard-{number:05d}.faiss"
+            if not isinstance(shard, str | Path):
+                with io.atomic_path(path) as tmp:
+                    faiss.write_index(shard, str(tmp))
+            paths.append(str(path))
+        if self.centroids is not None:
+            np.save(folder / "centroids.npy", self.centroids)
+        manifest = {"kind": self.kind, "starts": self.starts, "ntotal": self.ntotal}
+        io.write_json(manifest, folder / _MANIFEST)
+        return ShardedIndex(self.kind, self.starts, self.ntotal, paths, self.centroids, self.lists)
+
+    @staticmethod
+    def read(folder: Path) -> ShardedIndex:
+        """The index `write` stored in ``folder``; its shards stay in their files."""
+        manifest = json.loads((folder / _MANIFEST).read_text())
+        paths = [str(folder / f"shard-{i:05d}.faiss") for i in range(len(manifest["starts"]))]
+        centroids = folder / "centroids.npy"
+        return ShardedIndex(
+            manifest["kind"],
+            manifest["starts"],
+            manifest["ntotal"],
+            paths,
+            np.load(centroids) if centroids.exists() else None,
+        )
+
+
+def _load(shard: Any) -> Any:
+    return faiss.read_index(str(shard)) if isinstance(shard, str | Path) else shard
+
+
+def _offset(found: tuple[np.ndarray, np.ndarray], start: int) -> tuple[np.ndarray, np.ndarray]:
+    scores, ids = found
+    return scores, np.where(ids >= 0, ids + start, ids)
+
+
+def build(  # noqa: PLR0913 - the vectors, the settings, what a previous build spares, where
+    vectors: np.ndarray,
+    cfg: KnnConfig,
+    seed: int = 13,
+    previous: knn.IvfLayout | None = None,
+    keys: np.ndarray | None = None,
+    folder: Path | None = None,
+) -> ShardedIndex:
+    """Index (n, d) float32 unit vectors in shards of ``cfg.shard_vectors``: exact when n is
+    at most ``cfg.exact_max``, else IVF-flat with one quantizer (trained, or ``previous``'s
+    centroids, as `knn.coarse_lists` decides). With ``folder`` each shard goes to a file there
+    as soon as it is built, so this process never holds more than one shard."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    n, dim = vectors.shape
+    quantizer, lists = (
+        (None, None) if n <= cfg.exact_max else knn.coarse_lists(vectors, cfg, seed, previous, keys)
+    )
+    starts = list(range(0, n, cfg.shard_vectors)) or [0]
+    shards: list[Any] = []
+    for number, start in enumerate(starts):
+        end = min(start + cfg.shard_vectors, n)
+        if quantizer is None:
+            shard = faiss.IndexFlatIP(dim)
+            shard.add(vectors[start:end])
+        else:
+            shard = knn.ivf_index(quantizer, vectors[start:end], lists[start:end], cfg)
+        if folder is not None:
+            path = folder / f"shard-{number:05d}.faiss"
+            with io.atomic_path(path) as tmp:
+                faiss.write_index(shard, str(tmp))
+            shard = str(path)
+        shards.append(shard)
+    kind = "IndexFlatIP" if quantizer is None else "IndexIVFFlat"
+    centroids = None if quantizer is None else quantizer.reconstruct_n(0, quantizer.ntotal)
+    index = ShardedIndex(kind, starts, n, shards, centroids, lists)
+    return index if folder is None else index.write(folder)
