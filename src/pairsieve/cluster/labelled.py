@@ -142,7 +142,7 @@ def tune(
     population = adapt.Population(
         load_calibration().p_same(score, vetoed),
         score,
-        scored[S.VETO_REASON].fill_null("").to_numpy().astype(str),
+        scored[S.VETO_REASON].cast(pl.String).fill_null("").to_numpy().astype(str),
     )
     answers = answered(list(files))
     hit = _matched(answers, frame, scored)

@@ -263,8 +263,8 @@ def agglomerate(
     """
     n = len(counts)
     relevant, component = _relevant_pairs(n, scored, keep_rejected=unjudged_weight < 1)
-    xs = relevant["a"].to_numpy().astype(np.int64)
-    ys = relevant["b"].to_numpy().astype(np.int64)
+    xs = relevant["a"].to_numpy().astype(np.int64, copy=False)
+    ys = relevant["b"].to_numpy().astype(np.int64, copy=False)
     ok = relevant[S.ACCEPTED].to_numpy()
     vetoed = relevant[S.VETO_REASON].to_numpy().astype(bool)
     judged = (counts[xs] * counts[ys]).astype(np.float64)

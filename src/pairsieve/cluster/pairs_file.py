@@ -62,8 +62,8 @@ def _rows(result: Clustered) -> _Rows:
     node_rank = np.empty(len(result.nodes), dtype=np.int64)
     nodes, first = np.unique(frame_nodes, return_index=True)  # first = smallest listing
     node_rank[nodes] = rank[first]
-    a = scored["a"].to_numpy().astype(np.int64)
-    b = scored["b"].to_numpy().astype(np.int64)
+    a = scored["a"].to_numpy().astype(np.int64, copy=False)
+    b = scored["b"].to_numpy().astype(np.int64, copy=False)
     exact = np.flatnonzero(rank != node_rank[frame_nodes])  # listings besides their node's rep
     keys = np.concatenate(
         [(node_rank[a] << 32) | node_rank[b], (node_rank[frame_nodes[exact]] << 32) | rank[exact]]

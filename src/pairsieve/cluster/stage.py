@@ -188,7 +188,7 @@ class Clustering:
         from scipy.sparse.csgraph import connected_components
 
         n = len(self.nodes)
-        pairs = self.scored.filter(pl.col(S.SIGNAL).str.contains(signal or "^$"))
+        pairs = self.scored.filter(pl.col(S.SIGNAL).cast(pl.String).str.contains(signal or "^$"))
         same_title = (
             self.frame.group_by(S.TITLE_NORM)
             .agg(pl.col(_NODE).min().alias("a"), pl.col(_NODE).alias("b"))
@@ -344,7 +344,8 @@ def products_frame(result: Clustering) -> pl.DataFrame:
     best_signal = (
         pl.concat(ends)
         .group_by(_NODE, maintain_order=True)
-        .agg(pl.col(S.SIGNAL).first().str.split("+").list.first().alias("_edge_method"))
+        .agg(pl.col(S.SIGNAL).first().cast(pl.String).str.split("+").list.first())
+        .rename({S.SIGNAL: "_edge_method"})
     )
     frame = frame.join(best_signal.cast({_NODE: pl.UInt32}), on=_NODE, how="left")
     canonical = (

@@ -130,7 +130,8 @@ def pair_features(
     ta, tb = totals[a], totals[b]
     has_codes = np.array([bool(x.codes or x.joined) for x in attrs], dtype=bool)
     # Matched in polars: a numpy string array of the signals is ~130 bytes a pair.
-    signal = pl.Series(pairs.signal, dtype=pl.String).str
+    given = pairs.signal
+    signal = (given.cast(pl.String) if isinstance(given, pl.Series) else pl.Series(given)).str
     out = {
         "jaccard": pairs.jaccard,
         "idf_jaccard": _ratio(shared[:, 1], ta[:, 1] + tb[:, 1] - shared[:, 1], 1.0),
