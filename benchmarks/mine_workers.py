@@ -20,9 +20,11 @@ on links to those two stages:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from stage_memory import Peaks
@@ -42,6 +44,32 @@ def fresh_run(source: Path, folder: Path) -> Path:
     for stage in ("ingest", "cluster"):
         (folder / stage).symlink_to((source / stage).resolve())
     return folder
+
+
+@contextlib.contextmanager
+def dask_workers(workers: int, memory_limit: str) -> Iterator[tuple[str, list[int]]]:
+    """A `LocalCluster` of ``workers`` processes, one thread and ``memory_limit`` each: its
+    scheduler's address and the workers' pids, to sample."""
+    from distributed import Client, LocalCluster
+
+    with (
+        LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield cluster.scheduler_address, sorted(client.run(os.getpid).values())
+
+
+def cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a run against `dask_workers`: the cache, where it works, the workers,
+    build settings and where the figures go."""
+    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--memory-limit", default="4GB")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--json", type=Path, default=None)
 
 
 def mine_arm(arm: str, cfg, run_dir: Path, worker_pids: list[int]) -> dict:
@@ -70,35 +98,19 @@ def mine_arm(arm: str, cfg, run_dir: Path, worker_pids: list[int]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True)
-    parser.add_argument("--cache", type=Path, required=True)
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--memory-limit", default="4GB")
+    cluster_arguments(parser)
     parser.add_argument("--dask-partition", type=int, default=4_096, help="queries per task")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
     args = parser.parse_args()
-    from distributed import Client, LocalCluster
-
     overrides = dict(parse_override(item) for item in args.set)
     base = {"cache_dir": str(args.cache), **overrides}
     work = args.work / time.strftime("%H%M%S")
     figures = {}
-    with (
-        LocalCluster(
-            n_workers=args.workers,
-            threads_per_worker=1,
-            processes=True,
-            memory_limit=args.memory_limit,
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        worker_pids = sorted(client.run(os.getpid).values())
+    with dask_workers(args.workers, args.memory_limit) as (address, worker_pids):
         for arm in args.arms:
             runner = {"runner.task_runner": arm if arm != "here" else "threads"}
             if arm == "dask":
-                runner["runner.address"] = cluster.scheduler_address
+                runner["runner.address"] = address
                 runner["runner.mine_partition_queries"] = args.dask_partition
             cfg = load_config(None, {**base, **runner})
             run_dir = fresh_run(args.run, work / arm)

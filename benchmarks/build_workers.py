@@ -1,0 +1,117 @@
+"""`pairsieve build` as a user runs it, on the thread runner and on a local Dask cluster: the
+peak memory of the build's process and of each Dask worker, the wall time, and whether the two
+wrote the same products, negatives and shards.
+
+Takes a folder with ``clicks.parquet`` and ``catalog.parquet`` (for example the generated
+marketplace `stage_memory.py` left) and an embedding cache, warm or not (both builds share it,
+so whichever runs second embeds nothing):
+
+    .venv/bin/python benchmarks/build_workers.py --data /tmp/ps-250k/synth-58500 \
+        --cache /tmp/ps-250k/cache --work /tmp/ps-build [--workers 2 --memory-limit 4GB] \
+        [--arms threads dask] [--set KEY=VALUE] [--json FIGURES.json]
+
+- ``threads``: ``pairsieve build`` with the default runner, one process;
+- ``dask``: the same command with ``runner.task_runner="dask"`` against a `LocalCluster` of worker
+  processes, each with a memory limit, ``threads_per_worker=1``; its resident sets are sampled
+  every 0.1 s next to the build's.
+
+Each build is a child process (the CLI), so its peak is its own; Prefect runs on the ephemeral
+API in a fresh ``PREFECT_HOME`` under ``--work``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from mine_workers import cluster_arguments, dask_workers
+from stage_memory import Peaks
+
+from pairsieve.core.io import sha256_file
+from pairsieve.core.layout import RunLayout
+
+ARMS = ("threads", "dask")
+
+
+def output_hashes(out: Path) -> dict[str, str]:
+    """sha256 of the products, the negatives (kept and dropped) and every shard file."""
+    layout = RunLayout(out)
+    files = [layout.products, layout.negatives, layout.negatives_dropped]
+    files += sorted(layout.shards.glob("*.parquet"))
+    return {str(path.relative_to(out)): sha256_file(path) for path in files}
+
+
+def run_build(command: list[str], env: dict[str, str], worker_pids: list[int]) -> dict:
+    """Run ``command`` and sample it and the workers; its figures."""
+    started = time.perf_counter()
+    child = subprocess.Popen(command, env=env)
+    peaks = Peaks([child.pid, *worker_pids])
+    peaks.start()
+    tree = psutil.Process(child.pid)
+    helpers: dict[str, int] = {}  # the CLI's child processes (Prefect's API server): peak each
+    while child.poll() is None:
+        try:
+            for kid in tree.children(recursive=True):
+                name = " ".join(kid.cmdline()[1:4])
+                helpers[name] = max(helpers.get(name, 0), kid.memory_info().rss)
+        except psutil.NoSuchProcess:
+            pass
+        time.sleep(0.5)
+    seconds = time.perf_counter() - started
+    gib = {pid: round(rss / 2**30, 2) for pid, (rss, _) in peaks.stop().items()}
+    if child.returncode != 0:
+        raise SystemExit(f"build failed ({child.returncode}): {' '.join(command)}")
+    return {
+        "seconds": round(seconds, 1),
+        "build_process_peak_gib": gib[child.pid],
+        "helper_peaks_gib": {name: round(rss / 2**30, 2) for name, rss in helpers.items()},
+        "worker_peaks_gib": [gib[pid] for pid in worker_pids],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, required=True)
+    cluster_arguments(parser)
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    args = parser.parse_args()
+    work = args.work / time.strftime("%H%M%S")
+    work.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(work / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    cli = [str(Path(sys.executable).parent / "pairsieve")]  # the console script, as a user runs it
+    base = ["build", "--clicks", str(args.data / "clicks.parquet")]
+    base += ["--catalog", str(args.data / "catalog.parquet")]
+    settings = [f"cache_dir={args.cache}", *args.set]
+    figures: dict = {"memory_limit": args.memory_limit}
+    with dask_workers(args.workers, args.memory_limit) as (address, worker_pids):
+        for arm in args.arms:
+            arm_settings = list(settings)
+            if arm == "dask":
+                arm_settings += ['runner.task_runner="dask"']
+                arm_settings += [f'runner.address="{address}"']
+            out = work / arm
+            command = [*cli, *base, "--out", str(out)]
+            for item in arm_settings:
+                command += ["--set", item]
+            pids = worker_pids if arm == "dask" else []
+            figures[arm] = {**run_build(command, env, pids), "sha256": output_hashes(out)}
+            print(arm, json.dumps(figures[arm]), flush=True)
+    hashes = {json.dumps(figures[arm]["sha256"], sort_keys=True) for arm in args.arms}
+    figures["same_bytes"] = len(hashes) == 1
+    print(f"same bytes on {', '.join(args.arms)}:", figures["same_bytes"])
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

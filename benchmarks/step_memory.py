@@ -1,0 +1,160 @@
+"""Where inside a stage its memory goes: the resident set of one stage run in this process,
+sampled against the stage's progress steps and any functions named with ``--mark``.
+
+`stage_memory.py` gives a stage's peak and when it came; this says which step holds it. Takes a
+build folder whose earlier stages are done (for example one `stage_memory.py` left) and the
+embedding cache it used; the stage writes into ``--out``, which links to the earlier stages:
+
+    .venv/bin/python benchmarks/step_memory.py --run /tmp/ps-1m/run-203111 \
+        --cache /tmp/ps-1m/cache --out /tmp/ps-steps --stage cluster
+    .venv/bin/python benchmarks/step_memory.py --run RUN --cache CACHE --out OUT --stage mine \
+        --mark pairsieve.mine.deepen:filter_candidates \
+        --mark pairsieve.mine.retrieval:Retrieval.candidates_below
+
+For each step or marked function: how often it ran, its seconds, the highest resident set while
+it ran and the most it rose above where it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from pairsieve.config import load_config, parse_override
+from pairsieve.core import progress
+from pairsieve.orchestration import steps
+
+INTERVAL_S = 0.05
+EARLIER = {"cluster": ("ingest",), "mine": ("ingest", "cluster")}
+STEPS: set[str] = set()  # the progress steps seen
+
+
+class Timeline(threading.Thread):
+    """(seconds, resident GiB) of this process every `INTERVAL_S`, and the spans marked."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.started = time.perf_counter()
+        self.samples: list[tuple[float, float]] = []
+        self.spans: list[tuple[str, float, float]] = []
+        self.running = True
+
+    def now(self) -> float:
+        return time.perf_counter() - self.started
+
+    def run(self) -> None:
+        process = psutil.Process()
+        while self.running:
+            self.samples.append((self.now(), process.memory_info().rss / 2**30))
+            time.sleep(INTERVAL_S)
+
+    @contextlib.contextmanager
+    def span(self, name: str):
+        start = self.now()
+        try:
+            yield
+        finally:
+            self.spans.append((name, start, self.now()))
+
+    def gaps(self, names: set[str]) -> list[tuple[str, float, float]]:
+        """The stretches between consecutive spans of ``names`` (work no step reports)."""
+        ordered = sorted((s for s in self.spans if s[0] in names), key=lambda s: s[1])
+        return [
+            (f"between {a[0]!r} and {b[0]!r}", a[2], b[1])
+            for a, b in zip(ordered, ordered[1:], strict=False)
+            if b[1] > a[2]
+        ]
+
+    def summary(self, extra: list[tuple[str, float, float]]) -> dict[str, dict[str, float]]:
+        """Per name: runs, seconds, max GiB while running and the largest rise within a run."""
+        rows: dict[str, dict[str, float]] = {}
+        for name, start, end in self.spans + extra:
+            inside = [rss for t, rss in self.samples if start <= t <= end]
+            if not inside:
+                continue
+            row = rows.setdefault(
+                name, {"runs": 0, "seconds": 0.0, "max_gib": 0.0, "rise_gib": 0.0}
+            )
+            row["runs"] += 1
+            row["seconds"] += end - start
+            row["max_gib"] = max(row["max_gib"], max(inside))
+            row["rise_gib"] = max(row["rise_gib"], max(inside) - inside[0])
+        return rows
+
+
+def mark_progress_steps(timeline: Timeline) -> None:
+    """Mark every `progress.step` the stage enters."""
+    step = progress.step
+
+    @contextlib.contextmanager
+    def marked(name: str, *args, **kwargs):
+        STEPS.add(name)
+        with timeline.span(name), step(name, *args, **kwargs) as counter:
+            yield counter
+
+    progress.step = marked
+
+
+def mark_function(timeline: Timeline, target: str) -> None:
+    """Mark calls of ``module:attribute[.attribute]``, for example a class's method."""
+    module_name, _, path = target.partition(":")
+    owner = importlib.import_module(module_name)
+    *parents, name = path.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent)
+    original: Callable = getattr(owner, name)
+
+    @functools.wraps(original)
+    def marked(*args, **kwargs):
+        with timeline.span(path):
+            return original(*args, **kwargs)
+
+    setattr(owner, name, marked)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True)
+    parser.add_argument("--cache", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--stage", choices=sorted(EARLIER), default="cluster")
+    parser.add_argument("--mark", action="append", default=[], metavar="MODULE:FUNCTION")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args()
+    overrides = dict(parse_override(item) for item in args.set)
+    cfg = load_config(None, {"cache_dir": str(args.cache), **overrides})
+    args.out.mkdir(parents=True, exist_ok=True)
+    for stage in EARLIER[args.stage]:
+        if not (args.out / stage).exists():
+            (args.out / stage).symlink_to((args.run / stage).resolve())
+    timeline = Timeline()
+    mark_progress_steps(timeline)
+    for target in args.mark:
+        mark_function(timeline, target)
+    timeline.start()
+    with timeline.span(f"{args.stage} stage"):
+        with timeline.span("start"):
+            pass
+        getattr(steps, f"{args.stage}_step")(cfg, args.out)
+        with timeline.span("end"):
+            pass
+    timeline.running = False
+    timeline.join()
+    summary = timeline.summary(timeline.gaps(STEPS | {"start", "end"}))
+    for name, row in sorted(summary.items(), key=lambda item: -item[1]["max_gib"]):
+        print(
+            f"{name:45s} runs {row['runs']:5.0f}  {row['seconds']:8.1f} s  "
+            f"max {row['max_gib']:5.2f} GiB  rise {row['rise_gib']:5.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
