@@ -65,7 +65,8 @@ def random_embedded(catalog: pl.DataFrame, clicks: pl.DataFrame, seed: int) -> E
     sums /= np.linalg.norm(sums, axis=1, keepdims=True)
     queries = sums + 0.05 * rng.standard_normal(sums.shape, dtype=np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    return Embedded(names.tolist(), listing_ids, queries.astype(np.float32), listings)
+    ids = pl.Series(S.LISTING_ID, listing_ids)
+    return Embedded(names.tolist(), ids, queries.astype(np.float32), listings)
 
 
 def embedding_rate(titles: list[str], cfg: PairsieveConfig, n: int = 1000) -> dict:

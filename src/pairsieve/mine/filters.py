@@ -8,8 +8,6 @@ tested on hand-built score tables, and so that the same code judges every varian
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import polars as pl
 
@@ -104,20 +102,19 @@ def _random_keys(table: pl.DataFrame, seed: int) -> pl.Series:
     return pl.Series("_key", mixed, dtype=pl.UInt64)
 
 
-def _attribute_lookup(texts: dict[str, str]) -> Callable[[str], text.Attributes]:
-    """The attributes of a listing's title, extracted once per listing."""
-    found: dict[str, text.Attributes] = {}
-
-    def attributes(listing_id: str) -> text.Attributes:
-        if listing_id not in found:
-            found[listing_id] = text.extract_attributes(texts.get(listing_id, ""))
-        return found[listing_id]
-
-    return attributes
+def _attributes_of(titles: pl.DataFrame, ids: pl.Series) -> dict[str, text.Attributes]:
+    """The attributes of the titles of the listings ``ids`` (a listing without a title: those
+    of ""), each extracted once. ``titles`` is (listing_id, title_norm) for the whole catalog;
+    only the rows asked for become Python objects, so a call costs what it judges, not the
+    catalog."""
+    distinct = ids.unique()
+    rows = titles.filter(pl.col(S.LISTING_ID).is_in(distinct.implode()))
+    found = dict(rows.select(S.LISTING_ID, S.TITLE_NORM).iter_rows())
+    return {key: text.extract_attributes(found.get(key, "")) for key in distinct.to_list()}
 
 
 def _judged_variants(
-    table: pl.DataFrame, inside: pl.Expr, texts: dict[str, str], cfg: MineConfig
+    table: pl.DataFrame, inside: pl.Expr, titles: pl.DataFrame, cfg: MineConfig
 ) -> pl.Series:
     """Boolean per row: a candidate `inside` the margin whose title conflicts with its pair's
     positive, among the first `MARGIN_LOOKAHEAD * num_negatives` inside it by rank."""
@@ -126,9 +123,10 @@ def _judged_variants(
     judged = table.with_row_index("_row").filter(
         inside & (ahead < MARGIN_LOOKAHEAD * cfg.num_negatives)
     )
-    attributes = _attribute_lookup(texts)
-    pairs = zip(judged[S.POSITIVE_LISTING_ID], judged[S.NEGATIVE_LISTING_ID], strict=True)
-    conflicts = [match.conflict(attributes(a), attributes(b)) is not None for a, b in pairs]
+    positive, negative = judged[S.POSITIVE_LISTING_ID], judged[S.NEGATIVE_LISTING_ID]
+    attributes = _attributes_of(titles, pl.concat([positive, negative]))
+    pairs = zip(positive, negative, strict=True)
+    conflicts = [match.conflict(attributes[a], attributes[b]) is not None for a, b in pairs]
     spared = np.zeros(table.height, dtype=bool)
     spared[judged["_row"].filter(pl.Series(conflicts, dtype=pl.Boolean)).to_numpy()] = True
     return pl.Series("_spared", spared)
@@ -158,10 +156,10 @@ def _stamp_filters(
     positives: pl.DataFrame,
     products: pl.DataFrame,
     cfg: MineConfig,
-    texts: dict[str, str] | None,
+    titles: pl.DataFrame | None,
 ) -> pl.DataFrame:
     """Every (pair, candidate) row with the first score/identity reason that drops it, or null.
-    With `cfg.margin_spares_variants` (and `texts`), judged variants pass the margin."""
+    With `cfg.margin_spares_variants` (and `titles`), judged variants pass the margin."""
     product_of = products.select(S.LISTING_ID, pl.col(S.PRODUCT_ID).alias(_PRODUCT))
     ranked = candidates if S.RANK in candidates.columns else with_ranks(candidates)
     ranked = (
@@ -197,8 +195,8 @@ def _stamp_filters(
         | pl.col("_pos_product").fill_null(False)
     )
     inside = ~identity & (pl.col(S.SCORE) > pl.col("_limit"))
-    if cfg.margin_spares_variants and texts is not None:
-        table = table.with_columns(_judged_variants(table, inside, texts, cfg))
+    if cfg.margin_spares_variants and titles is not None:
+        table = table.with_columns(_judged_variants(table, inside, titles, cfg))
         inside = inside & ~pl.col("_spared")
     return table.with_columns(_first_reason(inside, cfg).alias(S.REASON)).drop(
         "_limit", "_clicked", "_pos_product", "_spared", strict=False
@@ -206,19 +204,19 @@ def _stamp_filters(
 
 
 def _possible_duplicates(
-    pairs: list[tuple[str, str]], texts: dict[str, str], min_jaccard: float
+    positives: pl.Series, candidates: pl.Series, titles: pl.DataFrame, min_jaccard: float
 ) -> list[bool]:
-    """For (positive, candidate) listing ids: True when no extracted attribute tells the two
+    """Per (positive, candidate) listing id: True when no extracted attribute tells the two
     titles apart (`match.conflict`) and their word Jaccard reaches ``min_jaccard``."""
-    attributes = _attribute_lookup(texts)
+    attributes = _attributes_of(titles, pl.concat([positives, candidates]))
     flags = []
-    for positive, candidate in pairs:
-        a, b = attributes(positive), attributes(candidate)
+    for positive, candidate in zip(positives, candidates, strict=True):
+        a, b = attributes[positive], attributes[candidate]
         flags.append(match.conflict(a, b) is None and match.jaccard(a, b) >= min_jaccard)
     return flags
 
 
-def _guard_taken(table: pl.DataFrame, texts: dict[str, str], cfg: MineConfig) -> pl.DataFrame:
+def _guard_taken(table: pl.DataFrame, titles: pl.DataFrame, cfg: MineConfig) -> pl.DataFrame:
     """Stamp `possible_duplicate` on candidates about to be taken, refilling until each pair has
     num_negatives unflagged ones or runs out. Lazy because the check costs ~100 us per pair in
     Python: only ~num_negatives candidates per pair are ever checked, not all range_max. Each
@@ -239,9 +237,13 @@ def _guard_taken(table: pl.DataFrame, texts: dict[str, str], cfg: MineConfig) ->
         )
         todo = pending.filter("_todo")
         rows = todo["_row"]
-        ids = zip(positives.gather(rows).to_list(), candidates.gather(rows).to_list(), strict=True)
         flags = pl.Series(
-            _possible_duplicates(list(ids), texts, cfg.duplicate_guard_jaccard or 0.0)
+            _possible_duplicates(
+                positives.gather(rows),
+                candidates.gather(rows),
+                titles,
+                cfg.duplicate_guard_jaccard or 0.0,
+            )
         )
         flagged[rows.filter(flags).to_numpy()] = True
         lost = todo.filter(flags).group_by("_pair").len("_need")  # each needs that many more
@@ -259,7 +261,7 @@ def _guard_taken(table: pl.DataFrame, texts: dict[str, str], cfg: MineConfig) ->
 
 
 def _select(
-    table: pl.DataFrame, texts: dict[str, str] | None, cfg: MineConfig, seed: int
+    table: pl.DataFrame, titles: pl.DataFrame | None, cfg: MineConfig, seed: int
 ) -> pl.DataFrame:
     """Among survivors of each pair: skip range_min, one per product, guard against unclustered
     copies, then take num_negatives."""
@@ -283,8 +285,8 @@ def _select(
     else:
         order = table[S.RANK].cast(pl.UInt64)
     table = table.with_columns(order.alias("_order")).sort([*pair, "_order", S.NEGATIVE_LISTING_ID])
-    if texts is not None and cfg.duplicate_guard_jaccard is not None:
-        table = _guard_taken(table, texts, cfg)
+    if titles is not None and cfg.duplicate_guard_jaccard is not None:
+        table = _guard_taken(table, titles, cfg)
     taken = pl.int_range(pl.len()).over([*pair, alive])
     return table.with_columns(
         pl.when(alive & (taken >= cfg.num_negatives))
@@ -317,11 +319,9 @@ def filter_candidates(
         by (query, positive_listing_id, rank), where rank is the candidate's 1-based position in
         its query's retrieval list (score descending, ties by listing id).
     """
-    texts = None
-    if S.TITLE_NORM in products.columns:
-        texts = dict(products.select(S.LISTING_ID, S.TITLE_NORM).iter_rows())
-    stamped = _stamp_filters(candidates, positives, products, cfg, texts)
-    table = _select(stamped, texts, cfg, seed)
+    titles = products if S.TITLE_NORM in products.columns else None
+    stamped = _stamp_filters(candidates, positives, products, cfg, titles)
+    table = _select(stamped, titles, cfg, seed)
     order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
     kept = table.filter(pl.col(S.REASON).is_null()).select(NEGATIVE_COLUMNS).sort(order)
     dropped = (

@@ -54,8 +54,7 @@ class Plan:
         io.write_parquet(
             pl.DataFrame({S.QUERY: r.queries}, {S.QUERY: pl.String}), folder / "queries.parquet"
         )
-        ids = pl.DataFrame({S.LISTING_ID: r.listing_ids}, {S.LISTING_ID: pl.String})
-        io.write_parquet(ids, folder / "listing_ids.parquet")
+        io.write_parquet(r.listing_ids.to_frame(S.LISTING_ID), folder / "listing_ids.parquet")
         io.write_parquet(self.positives, folder / "positives.parquet")
         io.write_parquet(self.products, folder / "products.parquet")
         io.write_json(r.info, folder / "info.json")
@@ -69,7 +68,7 @@ class Plan:
         retrieval = Retrieval(
             ShardedIndex.read(folder / "index"),
             pl.read_parquet(folder / "queries.parquet")[S.QUERY].to_list(),
-            pl.read_parquet(folder / "listing_ids.parquet")[S.LISTING_ID].to_list(),
+            pl.read_parquet(folder / "listing_ids.parquet")[S.LISTING_ID],
             np.load(folder / "query_vectors.npy", mmap_mode="r"),
             VectorFile(folder / "listing_vectors.npy"),
             json.loads((folder / "info.json").read_text()),

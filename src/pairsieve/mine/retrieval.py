@@ -32,10 +32,12 @@ from pairsieve.vectors.threads import fixed_threads
 class Embedded:
     """Distinct query texts and listings (both sorted, so row order of the inputs is irrelevant)
     with their unit vectors: ``query_vectors`` (q, d) and ``listing_vectors`` (n, d) float32;
-    ``listing_keys`` (n,) are the titles' `embed.text_keys`, which file them in an IVF layout."""
+    ``listing_keys`` (n,) are the titles' `embed.text_keys`, which file them in an IVF layout.
+    The listing ids are a polars String series: one buffer, not a Python object per listing,
+    and gathered by row without a conversion."""
 
     queries: list[str]
-    listing_ids: list[str]
+    listing_ids: pl.Series
     query_vectors: np.ndarray
     listing_vectors: np.ndarray
     stats: dict[str, Any] = field(default_factory=dict)
@@ -73,7 +75,7 @@ def embed_inputs(
     }
     return Embedded(
         queries,
-        listings[S.LISTING_ID].to_list(),
+        listings[S.LISTING_ID],
         query_vectors,
         listing_vectors,
         stats,
@@ -90,7 +92,7 @@ class Retrieval:
 
     index: shards.ShardedIndex
     queries: list[str]
-    listing_ids: list[str]
+    listing_ids: pl.Series
     query_vectors: np.ndarray
     listing_vectors: np.ndarray | knn.VectorFile
     info: dict[str, Any]
@@ -120,7 +122,7 @@ class Retrieval:
         table = pl.DataFrame(
             {
                 S.QUERY: pl.Series([self.queries[i] for i in rows], dtype=pl.String).gather(row),
-                S.NEGATIVE_LISTING_ID: pl.Series(self.listing_ids, dtype=pl.String).gather(ids),
+                S.NEGATIVE_LISTING_ID: self.listing_ids.gather(ids),
                 S.SCORE: scores,
                 S.RANK: pl.Series(ranks, dtype=pl.Int32),
             }
@@ -160,7 +162,7 @@ def build_retrieval(
 
 
 def candidate_table(
-    queries: list[str], listing_ids: list[str], scores: np.ndarray, ids: np.ndarray
+    queries: list[str], listing_ids: pl.Series, scores: np.ndarray, ids: np.ndarray
 ) -> pl.DataFrame:
     """Long table (query, negative_listing_id, score) of the retrieved listings; ids < 0 (fewer
     listings than k) are not candidates."""
@@ -169,7 +171,7 @@ def candidate_table(
     return pl.DataFrame(
         {
             S.QUERY: pl.Series(queries, dtype=pl.String).gather(query_index),
-            S.NEGATIVE_LISTING_ID: pl.Series(listing_ids, dtype=pl.String).gather(ids[mask]),
+            S.NEGATIVE_LISTING_ID: listing_ids.gather(ids[mask]),
             S.SCORE: scores[mask].astype(np.float32),
         }
     )
@@ -178,9 +180,7 @@ def candidate_table(
 def positive_table(pairs: pl.DataFrame, embedded: Embedded) -> pl.DataFrame:
     """(query, positive_listing_id, positive_score) for every distinct clicked pair."""
     query_pos = pl.DataFrame({S.QUERY: embedded.queries}, {S.QUERY: pl.String}).with_row_index("_q")
-    listing_pos = pl.DataFrame(
-        {S.LISTING_ID: embedded.listing_ids}, {S.LISTING_ID: pl.String}
-    ).with_row_index("_l")
+    listing_pos = embedded.listing_ids.alias(S.LISTING_ID).to_frame().with_row_index("_l")
     joined = (
         pairs.select(S.QUERY, S.LISTING_ID)
         .unique()

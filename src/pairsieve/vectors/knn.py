@@ -362,10 +362,11 @@ def scan_below(
     Listings above the ceiling beyond the head are stepped over, not returned: a query whose
     weakly matched positive puts thousands of listings above its margin gets its candidates from
     below the margin without materialising the thousands. Scores `_QUERY_CHUNK` queries at a
-    time against blocks of listings of about ``chunk_cells`` scores (128 MB): many queries per
-    pass over the listing vectors keep the matrix product compute-bound, not memory-bound.
-    ``vectors`` may be a `VectorFile`: each block is then read from disk and released, so the
-    scan holds one block of the listings, never all of them.
+    time against blocks of ``chunk_cells / _QUERY_CHUNK`` listings (128 MB of scores for a full
+    chunk): many queries per pass over the listing vectors keep the matrix product
+    compute-bound, not memory-bound. The block does not grow when a chunk has fewer queries (a
+    deep round may scan two), so ``vectors`` may be a `VectorFile`: each block is then read from
+    disk and released, and the scan holds one block of the listings whatever the catalog's size.
 
     Returns:
         (query_row, id, score, rank) as flat arrays, and ``above`` (m,): listings per query
@@ -373,10 +374,10 @@ def scan_below(
     """
     n = len(vectors)
     head, depth = min(head, n), min(depth, n)
+    block = max(1, chunk_cells // _QUERY_CHUNK)
     parts, above_all = [], []
     for start in range(0, len(queries), _QUERY_CHUNK):
         chunk = np.ascontiguousarray(queries[start : start + _QUERY_CHUNK], np.float32)
-        block = max(1, chunk_cells // len(chunk))
         scored = (
             (first, chunk @ np.asarray(vectors[first : first + block], np.float32).T)
             for first in range(0, n, block)

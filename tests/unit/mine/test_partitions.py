@@ -59,7 +59,7 @@ def test_a_partition_reads_the_plan_back_from_disk(monkeypatch, tmp_path):
     parts.forget(folder)  # as on a worker that has never seen the plan
     read = partitions.Plan.read(folder)
     assert read.retrieval.queries == retrieval.queries
-    assert read.retrieval.listing_ids == retrieval.listing_ids
+    assert read.retrieval.listing_ids.equals(retrieval.listing_ids)
     assert read.positives.equals(positives) and read.products.equals(products)
     again = [partitions.mine_partition(str(folder), span, cfg) for span in [(0, 1), (1, 2)]]
     _mined_equal(partitions.gather(again), partitions.gather(held))

@@ -15,6 +15,7 @@ from pairsieve.mine import deepen, retrieval
 from pairsieve.mine import evaluate as mine_eval
 from pairsieve.mine import filters as mine_filter
 from pairsieve.mine import stage as mine
+from pairsieve.text import attributes as text
 
 NO_MARGIN = {"relative_margin": None, "absolute_margin": None}
 
@@ -220,6 +221,20 @@ def _titled(titles: dict[str, str]) -> pl.DataFrame:
     )
 
 
+def test_titles_are_looked_up_only_for_the_listings_judged():
+    """The filter's title lookup extracts the attributes of the listings it is asked about,
+    each once, from the catalog's normalised titles; a listing the catalog has no title for
+    gets the attributes of an empty title rather than an error."""
+    listings = _titled({"a": "Sandisk Ultra 64GB microSDXC", "b": "iPhone 8 case", "c": "x"})
+    asked = pl.Series(["b", "a", "b", "gone"], dtype=pl.String)
+    found = mine_filter._attributes_of(listings, asked)
+    assert sorted(found) == ["a", "b", "gone"]  # "c" was not asked about
+    title_of = dict(listings.select(S.LISTING_ID, S.TITLE_NORM).iter_rows())
+    assert found["a"] == text.extract_attributes(title_of["a"])
+    assert found["a"] != text.extract_attributes("")
+    assert found["gone"] == text.extract_attributes("")
+
+
 def test_the_margin_spares_judged_variants_and_still_drops_what_nothing_tells_apart():
     titles = {
         "p": "cda fw852 integrated 50/50 fridge freezer",
@@ -250,14 +265,15 @@ def test_the_margin_judges_only_the_first_candidates_inside_it():
     scores = {"q": {"v3": 0.9, "v4": 0.8, "v5": 0.7}}
     candidates, pos, _ = frames(scores, {("q", "p"): 0.5})
     cfg = MineConfig(num_negatives=1, margin_spares_variants=True, duplicate_guard_jaccard=None)
-    table = mine_filter._stamp_filters(candidates, pos, _titled(titles), cfg, titles)
+    listings = _titled(titles)
+    table = mine_filter._stamp_filters(candidates, pos, listings, cfg, listings)
     spared = table.filter(pl.col(S.REASON).is_null())[S.NEGATIVE_LISTING_ID].sort().to_list()
     assert spared == ["v3", "v4", "v5"]  # 3 inside the margin, within the 4 judged per negative
     many = {f"v{i}": f"apple iphone {i} 64gb" for i in range(10, 20)}
     scores = {"q": {k: 0.9 - i / 100 for i, k in enumerate(many)}}
     candidates, pos, _ = frames(scores, {("q", "p"): 0.5})
-    texts = {"p": titles["p"], **many}
-    table = mine_filter._stamp_filters(candidates, pos, _titled(texts), cfg, texts)
+    listings = _titled({"p": titles["p"], **many})
+    table = mine_filter._stamp_filters(candidates, pos, listings, cfg, listings)
     assert table.filter(pl.col(S.REASON).is_null()).height == 4  # the best 4 by rank
     inside = table.filter(pl.col(S.REASON) == "margin").sort(S.RANK)
     assert inside[S.NEGATIVE_LISTING_ID].to_list()[0] == "v14"
@@ -346,7 +362,7 @@ def test_output_is_identical_whatever_the_input_row_order(sampling):
 def test_candidate_table_skips_missing_neighbours():
     scores = np.array([[0.9, 0.5], [0.7, -1.0]], dtype=np.float32)
     ids = np.array([[1, 0], [0, -1]])
-    table = retrieval.candidate_table(["q1", "q2"], ["a", "b"], scores, ids)
+    table = retrieval.candidate_table(["q1", "q2"], pl.Series(["a", "b"]), scores, ids)
     assert table.rows() == [
         ("q1", "b", pytest.approx(0.9)),
         ("q1", "a", pytest.approx(0.5)),
@@ -363,7 +379,10 @@ def deepening_case(**knobs):
     vectors = [[s, np.sqrt(1 - s * s), 0.0] for s in q1_scores.values()]
     vectors.append([0.0, np.sqrt(1 - 0.95**2), 0.95])
     embedded = retrieval.Embedded(
-        ["q1", "q2"], ids, np.eye(3, dtype=np.float32)[[0, 2]], np.array(vectors, np.float32)
+        ["q1", "q2"],
+        pl.Series(S.LISTING_ID, ids),
+        np.eye(3, dtype=np.float32)[[0, 2]],
+        np.array(vectors, np.float32),
     )
     cfg = PairsieveConfig().with_(
         **{"mine.search_depth": 3, "mine.range_max": 10, "mine.num_negatives": 2, **knobs}

@@ -88,3 +88,32 @@ def test_a_vector_file_reads_runs_of_rows_and_the_scan_gives_the_same_rows(tmp_p
     from_file = knn.scan_below(stored, queries, ceilings, 5, 7, chunk_cells=20_000)
     for a, b in zip(in_memory, from_file, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+class CountedVectorFile(knn.VectorFile):
+    """A `knn.VectorFile` that remembers how many rows each read returned."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.reads: list[int] = []
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        block = super().__getitem__(rows)
+        self.reads.append(len(block))
+        return block
+
+
+def test_a_scan_of_few_queries_reads_the_listings_in_the_same_bounded_blocks(tmp_path):
+    """Two queries (a deep round's) read no more listing rows at a time than a full chunk of
+    queries does, so the scan's memory does not follow the catalog, and find the same rows."""
+    vectors = unit_vectors(3_000, seed=17)
+    np.save(tmp_path / "v.npy", vectors)
+    stored = CountedVectorFile(tmp_path / "v.npy")
+    queries = near_copies(vectors, 2, seed=18)
+    ceilings = np.full(len(queries), 0.2)
+    cells = 40 * knn._QUERY_CHUNK
+    from_file = knn.scan_below(stored, queries, ceilings, 5, 40, chunk_cells=cells)
+    assert max(stored.reads) == 40 and sum(stored.reads) == len(vectors)
+    in_memory = knn.scan_below(vectors, queries, ceilings, 5, 40, chunk_cells=cells)
+    for a, b in zip(in_memory, from_file, strict=True):
+        np.testing.assert_array_equal(a, b)
