@@ -180,7 +180,7 @@ def candidate_table(
 def positive_table(pairs: pl.DataFrame, embedded: Embedded) -> pl.DataFrame:
     """(query, positive_listing_id, positive_score) for every distinct clicked pair."""
     query_pos = pl.DataFrame({S.QUERY: embedded.queries}, {S.QUERY: pl.String}).with_row_index("_q")
-    listing_pos = embedded.listing_ids.alias(S.LISTING_ID).to_frame().with_row_index("_l")
+    listing_pos = embedded.listing_ids.to_frame(S.LISTING_ID).with_row_index("_l")
     joined = (
         pairs.select(S.QUERY, S.LISTING_ID)
         .unique()
