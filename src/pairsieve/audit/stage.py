@@ -392,7 +392,7 @@ def build_report(  # noqa: PLR0913 - the audit's inputs, already read
         "duplicates": R.duplicates_section(
             pl.read_parquet(work_dir / S.PRODUCTS_FILE),
             listings.select(S.LISTING_ID, S.TITLE),
-            pl.read_parquet(work_dir / S.PAIRS_FILE),
+            pl.scan_parquet(work_dir / S.PAIRS_FILE),
             cfg.report.largest_clusters,
         ),
         "batches": batches_from_rows(cfg, labelled),

@@ -155,11 +155,13 @@ def size_histogram(sizes: np.ndarray) -> list[dict[str, Any]]:
 
 
 def duplicates_section(
-    products: pl.DataFrame, titles: pl.DataFrame, pairs: pl.DataFrame | None, largest: int = 10
+    products: pl.DataFrame, titles: pl.DataFrame, pairs: pl.LazyFrame | None, largest: int = 10
 ) -> dict[str, Any]:
     """Listings per product: how many listings have a duplicate, the largest clusters, vetoes.
 
-    ``products`` has listing_id and product_id, ``titles`` listing_id and title.
+    ``products`` has listing_id and product_id, ``titles`` listing_id and title. ``pairs`` (the
+    cluster stage's pairs.parquet, scanned) is only aggregated, in a streaming query over the
+    columns it needs: at 10^6 listings it holds 3e7 pairs, several GB when read whole.
     """
     sizes_df = products.group_by(S.PRODUCT_ID).len("size")
     sizes = sizes_df["size"].to_numpy()
@@ -202,28 +204,32 @@ def duplicates_section(
         )
     ]
     tables = {"cluster sizes": histogram, "largest clusters": largest_rows}
-    if pairs is not None and S.VETO_REASON in pairs.columns:
+    columns = [] if pairs is None else pairs.collect_schema().names()
+    if S.VETO_REASON in columns:
         add_vetoes(pairs, figures, tables, charts)
-    if (
-        pairs is not None
-        and S.P_SAME in pairs.columns
-        and pairs[S.P_SAME].null_count() < len(pairs)
-    ):
+    if S.P_SAME in columns:
         add_judgement(pairs, figures, charts)
     return section("Duplicates", figures=figures, tables=tables, charts=charts)
 
 
-def add_judgement(pairs: pl.DataFrame, figures: dict, charts: list) -> None:
+def add_judgement(pairs: pl.LazyFrame, figures: dict, charts: list) -> None:
     """How sure the same-product judgement is: the mean ``p_same`` of the candidate pairs it
     accepted and of those it did not, and how well ``p_same`` has held on labelled catalogs it
-    was not fitted on (`calibration`)."""
+    was not fitted on (`calibration`). Nothing when no pair has a ``p_same`` (the rule
+    verifier's pairs)."""
     from pairsieve.cluster.calibration import BINS, load_calibration
 
-    scored = pairs.filter(pl.col(S.SIGNAL) != "exact")
-    accepted = scored.filter(pl.col(S.ACCEPTED))[S.P_SAME]
-    rejected = scored.filter(~pl.col(S.ACCEPTED))[S.P_SAME]
-    figures["mean_p_same_accepted"] = float(accepted.mean()) if accepted.len() else None
-    figures["mean_p_same_rejected"] = float(rejected.mean()) if rejected.len() else None
+    scored, accepted = pl.col(S.SIGNAL) != "exact", pl.col(S.ACCEPTED)
+    p_same = pl.col(S.P_SAME).cast(pl.Float64)
+    means = pairs.select(
+        p_same.is_not_null().any().alias("known"),
+        p_same.filter(scored & accepted).mean().alias("accepted"),
+        p_same.filter(scored & ~accepted).mean().alias("rejected"),
+    ).collect(engine="streaming")
+    if not means["known"].item():
+        return
+    figures["mean_p_same_accepted"] = means["accepted"].item()
+    figures["mean_p_same_rejected"] = means["rejected"].item()
     shipped = load_calibration()
     figures["calibration_error"] = shipped.error
     held_out = shipped.held_out
@@ -244,17 +250,20 @@ def add_judgement(pairs: pl.DataFrame, figures: dict, charts: list) -> None:
     )
 
 
-def add_vetoes(pairs: pl.DataFrame, figures: dict, tables: dict, charts: list) -> None:
+def add_vetoes(pairs: pl.LazyFrame, figures: dict, tables: dict, charts: list) -> None:
     """Candidate pairs accepted and vetoed, with the veto reasons, into the duplicates section."""
-    vetoes = (
-        pairs.filter(~pl.col(S.ACCEPTED) & pl.col(S.VETO_REASON).is_not_null())
-        .group_by(S.VETO_REASON)
-        .len("pairs")
-        .sort(["pairs", S.VETO_REASON], descending=[True, False])
+    vetoed = pairs.filter(~pl.col(S.ACCEPTED) & pl.col(S.VETO_REASON).is_not_null())
+    counts, vetoes = pl.collect_all(
+        [
+            pairs.select(pl.len(), pl.col(S.ACCEPTED).sum()),
+            vetoed.group_by(S.VETO_REASON).len("pairs"),
+        ],
+        engine="streaming",
     )
+    vetoes = vetoes.sort(["pairs", S.VETO_REASON], descending=[True, False])
     tables["merges vetoed, by reason"] = vetoes.rename({S.VETO_REASON: "reason"}).to_dicts()
-    figures["candidate_pairs"] = pairs.height
-    figures["accepted_pairs"] = int(pairs[S.ACCEPTED].sum())
+    figures["candidate_pairs"] = int(counts["len"].item())
+    figures["accepted_pairs"] = int(counts[S.ACCEPTED].item())
     figures["vetoed_pairs"] = int(vetoes["pairs"].sum())
     if vetoes.height:
         charts.append(

@@ -91,32 +91,28 @@ def changes_from_run(run_dir: Path) -> dict[str, Any] | None:
 
 def duplicates_from_run(cfg: PairsieveConfig, run_dir: Path) -> dict[str, Any] | None:
     products = _read(RunLayout(run_dir).products)
-    listings = _read(RunLayout(run_dir).listings)
+    titles = _read(RunLayout(run_dir).listings, [S.LISTING_ID, S.TITLE])
     if products is None:
         return None
-    titles = (
-        listings.select(S.LISTING_ID, S.TITLE)
-        if listings is not None
-        else products.select(S.LISTING_ID, pl.col(S.CANONICAL_TITLE).alias(S.TITLE))
-    )
-    return R.duplicates_section(
-        products, titles, _read(RunLayout(run_dir).pairs), cfg.report.largest_clusters
-    )
+    if titles is None:
+        titles = products.select(S.LISTING_ID, pl.col(S.CANONICAL_TITLE).alias(S.TITLE))
+    pairs = RunLayout(run_dir).pairs
+    scanned = pl.scan_parquet(pairs) if pairs.is_file() else None
+    return R.duplicates_section(products, titles, scanned, cfg.report.largest_clusters)
 
 
 def click_rows(run_dir: Path) -> pl.DataFrame | None:
     """The clicked (query, listing) pairs with their title and product: what a trainer without
     pairsieve would batch."""
-    clicks = _read(RunLayout(run_dir).clicks)
-    products = _read(RunLayout(run_dir).products)
-    listings = _read(RunLayout(run_dir).listings)
-    if clicks is None or products is None or listings is None:
+    clicks = _read(RunLayout(run_dir).clicks, [S.QUERY, S.LISTING_ID])
+    products = _read(RunLayout(run_dir).products, [S.LISTING_ID, S.PRODUCT_ID])
+    titles = _read(RunLayout(run_dir).listings, [S.LISTING_ID, S.TITLE])
+    if clicks is None or products is None or titles is None:
         return None
     return (
-        clicks.select(S.QUERY, S.LISTING_ID)
-        .unique()
-        .join(products.select(S.LISTING_ID, S.PRODUCT_ID), on=S.LISTING_ID)
-        .join(listings.select(S.LISTING_ID, S.TITLE), on=S.LISTING_ID)
+        clicks.unique()
+        .join(products, on=S.LISTING_ID)
+        .join(titles, on=S.LISTING_ID)
         .sort(S.QUERY, S.LISTING_ID)
     )
 

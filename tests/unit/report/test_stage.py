@@ -21,6 +21,7 @@ from pairsieve.core.hashing import label_int
 from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
 from pairsieve.report import impact, labels
+from pairsieve.report import sections as R
 from pairsieve.report import stage as report
 from tests.paths import SAMPLE_DIR
 from tests.unit.report.test_labels import unlabelled
@@ -188,6 +189,32 @@ def test_duplicates_figures(built):
         {"reason": "capacity", "pairs": 1},
         {"reason": "model_code", "pairs": 1},
     ]
+
+
+def test_judgement_figures_from_a_scanned_pair_file(tmp_path):
+    """The mean p_same of merged and of kept-apart judged pairs (exact pairs left out), counted
+    from the file by a streaming query; pairs without any p_same (the rule verifier) add none."""
+    pairs = pl.DataFrame(
+        {
+            S.SIGNAL: ["knn", "knn", "minhash", "exact", "knn"],
+            S.ACCEPTED: [True, True, False, True, False],
+            S.VETO_REASON: [None, None, "capacity", None, "capacity"],
+            S.P_SAME: pl.Series([0.9, 0.7, 0.2, 0.8, 0.1], dtype=pl.Float32),
+        }
+    )
+    path = tmp_path / S.PAIRS_FILE
+    io.write_parquet(pairs, path)
+    products = _products(3)
+    titles = products.select(S.LISTING_ID, S.TITLE)
+    figures = R.duplicates_section(products, titles, pl.scan_parquet(path))["figures"]
+    assert figures["mean_p_same_accepted"] == pytest.approx(0.8, abs=1e-6)
+    assert figures["mean_p_same_rejected"] == pytest.approx(0.15, abs=1e-6)
+    assert (figures["candidate_pairs"], figures["accepted_pairs"]) == (5, 3)
+    assert figures["vetoed_pairs"] == 2
+    io.write_parquet(pairs.with_columns(pl.lit(None, pl.Float32).alias(S.P_SAME)), path)
+    figures = R.duplicates_section(products, titles, pl.scan_parquet(path))["figures"]
+    assert "mean_p_same_accepted" not in figures
+    assert figures["candidate_pairs"] == 5
 
 
 def test_batches_kappa_and_replay(built):
