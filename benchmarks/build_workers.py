@@ -15,8 +15,9 @@ so whichever runs second embeds nothing):
   processes, each with a memory limit, ``threads_per_worker=1``; its resident sets are sampled
   every 0.1 s next to the build's.
 
-Each build is a child process (the CLI), so its peak is its own; Prefect runs on the ephemeral
-API in a fresh ``PREFECT_HOME`` under ``--work``.
+Each build is a child process (the CLI), so its peak is its own, reported with the stage that
+was running when it came; Prefect runs on the ephemeral API in a fresh ``PREFECT_HOME`` under
+``--work``.
 """
 
 from __future__ import annotations
@@ -47,9 +48,16 @@ def output_hashes(out: Path) -> dict[str, str]:
     return {str(path.relative_to(out)): sha256_file(path) for path in files}
 
 
-def run_build(command: list[str], env: dict[str, str], worker_pids: list[int]) -> dict:
+def peak_stage(out: Path, peak_wall: float) -> str | None:
+    """The stage running at ``peak_wall`` (epoch seconds): the first whose ``stage.json`` was
+    written after it (a stage writes it when it ends)."""
+    ends = sorted((path.stat().st_mtime, path.parent.name) for path in out.glob("*/stage.json"))
+    return next((stage for ended, stage in ends if ended >= peak_wall), None)
+
+
+def run_build(command: list[str], env: dict[str, str], worker_pids: list[int], out: Path) -> dict:
     """Run ``command`` and sample it and the workers; its figures."""
-    started = time.perf_counter()
+    started, started_wall = time.perf_counter(), time.time()
     child = subprocess.Popen(command, env=env)
     peaks = Peaks([child.pid, *worker_pids])
     peaks.start()
@@ -64,12 +72,16 @@ def run_build(command: list[str], env: dict[str, str], worker_pids: list[int]) -
             pass
         time.sleep(0.5)
     seconds = time.perf_counter() - started
-    gib = {pid: round(rss / 2**30, 2) for pid, (rss, _) in peaks.stop().items()}
+    sampled = peaks.stop()
+    gib = {pid: round(rss / 2**30, 2) for pid, (rss, _) in sampled.items()}
+    peak_at = sampled[child.pid][1] - started
     if child.returncode != 0:
         raise SystemExit(f"build failed ({child.returncode}): {' '.join(command)}")
     return {
         "seconds": round(seconds, 1),
         "build_process_peak_gib": gib[child.pid],
+        "build_process_peak_at_s": round(peak_at, 1),
+        "build_process_peak_stage": peak_stage(out, started_wall + peak_at),
         "helper_peaks_gib": {name: round(rss / 2**30, 2) for name, rss in helpers.items()},
         "worker_peaks_gib": [gib[pid] for pid in worker_pids],
     }
@@ -104,7 +116,7 @@ def main() -> None:
             for item in arm_settings:
                 command += ["--set", item]
             pids = worker_pids if arm == "dask" else []
-            figures[arm] = {**run_build(command, env, pids), "sha256": output_hashes(out)}
+            figures[arm] = {**run_build(command, env, pids, out), "sha256": output_hashes(out)}
             print(arm, json.dumps(figures[arm]), flush=True)
     hashes = {json.dumps(figures[arm]["sha256"], sort_keys=True) for arm in args.arms}
     figures["same_bytes"] = len(hashes) == 1
