@@ -71,11 +71,18 @@ def pooled_model(runs: dict[str, Run], fitted_on: list[str], names: tuple[str, .
 def pick_thresholds(
     runs, fitted_on, model, min_precision: float, unjudged: tuple[float, ...]
 ) -> tuple[float, float, float]:
-    """(accept_probability, link_threshold, unjudged_weight) with the best mean pairwise F1
-    over ``fitted_on`` among those keeping every one of them at ``min_precision`` (all
-    combinations when none does)."""
-    grid = []
+    """`best_thresholds` for a pair model's probabilities."""
     probability = {name: model.probability(runs[name].features) for name in fitted_on}
+    return best_thresholds(runs, fitted_on, probability, min_precision, unjudged)
+
+
+def best_thresholds(
+    runs, fitted_on, probability: dict, min_precision: float, unjudged: tuple[float, ...]
+) -> tuple[float, float, float]:
+    """(accept_probability, link_threshold, unjudged_weight) with the best mean pairwise F1
+    over ``fitted_on`` (pair probabilities ``probability[name]``) among those keeping every one
+    of them at ``min_precision`` (all combinations when none does)."""
+    grid = []
     for accept, link, weight in itertools.product(PROBABILITIES, LINKS, unjudged):
         scores = [runs[n].scores(probability[n], accept, link, unjudged=weight) for n in fitted_on]
         precise = min(s.pairwise_precision for s in scores) >= min_precision
