@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from fit_verifier import Run  # noqa: E402 - the sibling benchmark's run
-from transfer import held_out_splits
+from transfer import benchmark_run, held_out_splits, score_cells
 
 from pairsieve import schemas as S
 from pairsieve.cluster import verifier
@@ -52,6 +52,19 @@ def training_rows(run: Run, asked: np.ndarray, limit: int, seed: int) -> np.ndar
     return rows
 
 
+def _tokens(tokenizer, pairs: list[tuple[str, str]], take: np.ndarray, max_length: int):
+    """The model inputs of the pairs at rows ``take``: both titles in one sequence, padded to
+    the batch's longest."""
+    return tokenizer(
+        [pairs[i][0] for i in take],
+        [pairs[i][1] for i in take],
+        truncation=True,
+        max_length=max_length,
+        padding=True,
+        return_tensors="pt",
+    )
+
+
 def fine_tune(pairs: list[tuple[str, str]], y: np.ndarray, weight: np.ndarray, out: Path, args):
     """Fine-tune MiniLM with a one-logit head on ``pairs`` (weighted binary cross-entropy), one
     pass in a seeded order, and save it to ``out``."""
@@ -63,8 +76,7 @@ def fine_tune(pairs: list[tuple[str, str]], y: np.ndarray, weight: np.ndarray, o
     model = AutoModelForSequenceClassification.from_pretrained(bundled_model_path(), num_labels=1)
     model.train()
     optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    order = np.random.default_rng(SEED).permutation(len(pairs))
-    steps = -(-len(order) // BATCH) * args.epochs
+    steps = -(-len(pairs) // BATCH) * args.epochs
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimiser, lambda s: min(1.0, (s + 1) / (0.1 * steps)) * max(0.0, 1 - s / steps)
     )
@@ -74,14 +86,7 @@ def fine_tune(pairs: list[tuple[str, str]], y: np.ndarray, weight: np.ndarray, o
         order = np.random.default_rng(SEED + epoch).permutation(len(pairs))
         for start in range(0, len(order), BATCH):
             take = order[start : start + BATCH]
-            batch = tokenizer(
-                [pairs[i][0] for i in take],
-                [pairs[i][1] for i in take],
-                truncation=True,
-                max_length=args.max_length,
-                padding=True,
-                return_tensors="pt",
-            )
+            batch = _tokens(tokenizer, pairs, take, args.max_length)
             logits = model(**batch).logits.squeeze(-1)
             target = torch.tensor(y[take], dtype=torch.float32)
             w = torch.tensor(weight[take], dtype=torch.float32)
@@ -114,14 +119,7 @@ def predict(folder: Path, pairs: list[tuple[str, str]], max_length: int) -> np.n
     with torch.inference_mode():
         for start in range(0, len(order), 256):
             take = order[start : start + 256]
-            batch = tokenizer(
-                [pairs[i][0] for i in take],
-                [pairs[i][1] for i in take],
-                truncation=True,
-                max_length=max_length,
-                padding=True,
-                return_tensors="pt",
-            )
+            batch = _tokens(tokenizer, pairs, take, max_length)
             out[take] = torch.sigmoid(model(**batch).logits.squeeze(-1)).numpy()
     return out
 
@@ -133,11 +131,6 @@ def _auc(run: Run, rows: np.ndarray, *scores: np.ndarray) -> str:
     labelled = run.labelled[rows]
     y = run.label[rows][labelled]
     return " | ".join(f"{roc_auc_score(y, score[labelled]):.3f}" for score in scores)
-
-
-def _cells(s) -> str:
-    pair = f"{s.pairwise_precision:.3f} | {s.pairwise_recall:.3f} | **{s.pairwise_f1:.3f}**"
-    return f"{pair} | {s.bcubed_f1:.3f}"
 
 
 def main() -> None:  # noqa: PLR0915 - one measurement, start to end
@@ -159,9 +152,7 @@ def main() -> None:  # noqa: PLR0915 - one measurement, start to end
     link = resolved_link_threshold(cfg.cluster)
     runs, cheap, asked, texts = {}, {}, {}, {}
     for name, bench in BENCHMARKS.items():
-        run = runs[name] = Run(
-            cfg, bench.load(args.data_root), S.SELLER_ID if bench.cross_source else None
-        )
+        run = runs[name] = benchmark_run(cfg, bench, args.data_root)
         cheap[name] = shipped.probability(run.features)
         lo, hi = args.band
         asked[name] = ~run.vetoed & (cheap[name] >= lo) & (cheap[name] < hi)
@@ -208,7 +199,7 @@ def main() -> None:  # noqa: PLR0915 - one measurement, start to end
         measured = run.scores(p, cfg.cluster.accept_probability, link)
         auc = _auc(run, rows, cheap[held][rows], judged)
         print(
-            f"| {held} | {len(rows):,} | {_cells(today)} | {_cells(measured)} | {auc} "
+            f"| {held} | {len(rows):,} | {score_cells(today)} | {score_cells(measured)} | {auc} "
             f"| {per_pair_ms:.2f} |",
             flush=True,
         )

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from fit_verifier import Run  # noqa: E402 - the sibling benchmark's run
 from scipy import sparse
-from transfer import best_thresholds, equal_catalog_weights, held_out_splits
+from transfer import benchmark_run, best_thresholds, equal_catalog_weights, held_out_splits
 
 from pairsieve import schemas as S
 from pairsieve.cluster import verifier
@@ -72,8 +72,7 @@ def main() -> None:
     link = resolved_link_threshold(cfg.cluster)
     runs, dense, words = {}, {}, {}
     for name, bench in BENCHMARKS.items():
-        source = S.SELLER_ID if bench.cross_source else None
-        run = runs[name] = Run(cfg, bench.load(args.data_root), source)
+        run = runs[name] = benchmark_run(cfg, bench, args.data_root)
         dense[name], words[name] = run.matrix(shipped.features), differences(run)
     print(
         "\n| catalog | default pair F1 | " + " | ".join(f"C={c}: P / R / F1" for c in args.c) + " |"
@@ -85,10 +84,10 @@ def main() -> None:
         pairs = list(zip(fitted_on, kept, strict=True))
         scaler = StandardScaler().fit(np.vstack([dense[n][k] for n, k in pairs]))
 
-        def design(name: str, scaler=scaler) -> sparse.csr_matrix:
-            return sparse.hstack([scaler.transform(dense[name]), words[name]]).tocsr()
-
-        x = sparse.vstack([design(n)[k] for n, k in pairs])
+        design = {
+            n: sparse.hstack([scaler.transform(dense[n]), words[n]], format="csr") for n in runs
+        }
+        x = sparse.vstack([design[n][k] for n, k in pairs], format="csr")
         y = np.concatenate([runs[n].label[k] for n, k in pairs])
         run = runs[held]
         today = run.scores(shipped.probability(run.features), cfg.cluster.accept_probability, link)
@@ -96,8 +95,8 @@ def main() -> None:
         cells = []
         for c in args.c:
             model = LogisticRegression(C=c, max_iter=3000, solver="liblinear")
-            model.fit(x.tocsr(), y, sample_weight=equal_catalog_weights(kept))
-            p = {n: model.predict_proba(design(n))[:, 1] for n in runs}
+            model.fit(x, y, sample_weight=equal_catalog_weights(kept))
+            p = {n: model.predict_proba(design[n])[:, 1] for n in runs}
             accept, link_at, _ = best_thresholds(runs, fitted_on, p, args.min_precision, (1.0,))
             s = run.scores(p[held], accept, link_at)
             means[str(c)].append(s.pairwise_f1)
