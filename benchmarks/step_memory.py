@@ -1,9 +1,11 @@
 """Where inside a stage its memory goes: the resident set of one stage run in this process,
 sampled against the stage's progress steps and any functions named with ``--mark``.
 
-`stage_memory.py` gives a stage's peak and when it came; this says which step holds it. Takes a
-build folder whose earlier stages are done (for example one `stage_memory.py` left) and the
-embedding cache it used; the stage writes into ``--out``, which links to the earlier stages:
+`stage_memory.py` gives a stage's peak and when it came; this says which step holds it. The stage
+maps its partitions one after the other in this process (`map_here`), where a build maps them on
+its task runner. Takes a build folder whose earlier stages are done (for example one
+`stage_memory.py` left) and the embedding cache it used; the stage writes into ``--out``, which
+links to the earlier stages:
 
     .venv/bin/python benchmarks/step_memory.py --run /tmp/ps-1m/run-203111 \
         --cache /tmp/ps-1m/cache --out /tmp/ps-steps --stage cluster
@@ -29,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from pairsieve.config import load_config, parse_override
-from pairsieve.core import progress
+from pairsieve.core import partitions, progress
 from pairsieve.orchestration import steps
 
 INTERVAL_S = 0.05
@@ -143,7 +145,7 @@ def main() -> None:
     with timeline.span(f"{args.stage} stage"):
         with timeline.span("start"):
             pass
-        getattr(steps, f"{args.stage}_step")(cfg, args.out)
+        getattr(steps, f"{args.stage}_step")(cfg, args.out, map_spans=partitions.map_here)
         with timeline.span("end"):
             pass
     timeline.running = False

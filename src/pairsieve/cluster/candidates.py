@@ -113,28 +113,36 @@ def minhash_pairs(
     return pairs, skipped, stats.encoded
 
 
+def pair_codes(pairs: np.ndarray) -> np.ndarray:
+    """(m,) int64 ``a << 32 | b`` of (m, 2) node pairs: one sortable key a pair, in half the
+    memory of the pair."""
+    return (pairs[:, 0].astype(np.int64) << 32) | pairs[:, 1]
+
+
 def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
     """One row per distinct node pair (a < b) with the signals that proposed it ("code+minhash"),
-    sorted by (a, b); signals are named in `SIGNAL_ORDER`."""
-    parts = [(name, p) for name, p in found.items() if len(p)]
+    sorted by (a, b), from each signal's `pair_codes`; signals are named in `SIGNAL_ORDER`.
+
+    The distinct pairs come from one sort of every signal's codes; a pair's signals are then
+    found by binary search in each signal's codes, so nothing the size of all proposals is
+    held twice (3e7 pairs at 10^6 listings).
+    """
+    parts = [(name, codes) for name, codes in found.items() if len(codes)]
     if not parts:
         return pl.DataFrame(schema={"a": pl.Int64, "b": pl.Int64, S.SIGNAL: SIGNAL_TYPE})
-    rank = {name: i for i, name in enumerate(SIGNAL_ORDER)}
-    codes = np.concatenate([(p[:, 0].astype(np.int64) << 32) | p[:, 1] for _, p in parts])
-    bits = np.concatenate([np.full(len(p), 1 << rank[name], dtype=np.int64) for name, p in parts])
-    order = np.argsort(codes, kind="stable")
-    codes, bits = codes[order], bits[order]
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    masks, which = np.unique(np.bitwise_or.reduceat(bits, starts), return_inverse=True)
-    names = [
-        "+".join(name for name in SIGNAL_ORDER if int(mask) & (1 << rank[name])) for mask in masks
-    ]
-    codes = codes[starts]
+    codes = np.concatenate([c for _, c in parts])
+    codes.sort()
+    codes = codes[np.r_[True, codes[1:] != codes[:-1]]]
+    mask = np.zeros(len(codes), dtype=np.uint8)
+    for name, signal_codes in parts:
+        mask[np.searchsorted(codes, signal_codes)] |= 1 << SIGNAL_ORDER.index(name)
+    # SIGNAL_TYPE lists the signal sets in mask order: the set of mask m is category m - 1.
+    signals = pl.Series(SIGNAL_TYPE.categories).cast(SIGNAL_TYPE)
     return pl.DataFrame(
         {
             "a": codes >> 32,
             "b": codes & 0xFFFFFFFF,
-            S.SIGNAL: pl.Series(names, dtype=SIGNAL_TYPE).gather(which.ravel()),
+            S.SIGNAL: signals.gather(pl.Series(mask, dtype=pl.UInt8) - 1),
         }
     )
 
@@ -252,21 +260,23 @@ def generate(  # noqa: PLR0913 - the catalog, what is settled, where the search 
     details: dict[str, Any] = {}
     found: dict[str, np.ndarray] = {}
     code, details["code_blocks_skipped"] = code_block_pairs(attrs, c.max_bucket, unsettled)
-    found["code"] = touching(code, unsettled)
+    found["code"] = pair_codes(touching(code, unsettled))
     match_text = pl.Series([" ".join(sorted(a.words)) for a in attrs], dtype=pl.String)
     lsh, details["lsh_buckets_skipped"], details["signatures_computed"] = minhash_pairs(
         c, match_text, cfg.seed, cfg.cache_dir, unsettled
     )
-    found["minhash"] = touching(lsh, unsettled)
+    found["minhash"] = pair_codes(touching(lsh, unsettled))
     del code, lsh
     timings = {"minhash_s": time.perf_counter() - started}
     vectors = ivf = None
     if c.use_embeddings:
-        found["embedding"], vectors, ivf, embed_details = embedding_candidates(
+        embedded, vectors, ivf, embed_details = embedding_candidates(
             cfg, nodes, encoder, unsettled, previous_ivf, mapper
         )
+        found["embedding"] = pair_codes(embedded)
+        del embedded
         details.update(embed_details)
         timings["embedding_s"] = time.perf_counter() - started - timings["minhash_s"]
     by_signal = {k: len(v) for k, v in found.items()}
-    pairs = combine_candidates(found)  # the per-signal arrays (GBs at 1M listings) go with it
+    pairs = combine_candidates(found)
     return Candidates(pairs, by_signal, vectors, ivf, details, timings)

@@ -36,20 +36,35 @@ def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
     return pl.Series(S.P_SAME, calibration.p_same(scored["score"].to_numpy(), vetoed))
 
 
-_CHUNK = 1 << 21  # rows of the file built at a time
+_CHUNK = 1 << 19  # rows of the file built at a time
 
 
 @dataclass(frozen=True)
 class _Rows:
     """The file's rows: the scored pairs (source rows 0..n-1), then one row per listing that
-    shares its node's title (rows n..). ``order`` lists source rows in file order; ``a`` and
-    ``b`` give each source row's listing_a in ``reps`` and listing_b in ``ids``."""
+    shares its node's title (rows n..). ``order`` lists source rows in file order. A scored
+    row i joins the representatives of nodes ``a[i]`` and ``b[i]``; a sharing row n + j joins
+    the representative of node ``node[j]`` and listing ``listing[j]`` of the frame."""
 
     order: np.ndarray
     a: np.ndarray
     b: np.ndarray
+    node: np.ndarray
+    listing: np.ndarray
     reps: pl.Series
     ids: pl.Series
+
+    def ends(self, sel: np.ndarray) -> pl.DataFrame:
+        """(listing_a, listing_b) of the source rows ``sel``."""
+        n = len(self.a)
+        scored, sharing = sel < n, sel >= n
+        first, second = np.empty(len(sel), np.int64), np.empty(len(sel), np.int64)
+        first[scored], second[scored] = self.a[sel[scored]], self.b[sel[scored]]
+        first[sharing] = self.node[sel[sharing] - n]
+        second[sharing] = self.listing[sel[sharing] - n]
+        return pl.DataFrame(
+            [self.reps.gather(first).alias(S.LISTING_A), self.ids.gather(second).alias(S.LISTING_B)]
+        )
 
 
 def _rows(result: Clustered) -> _Rows:
@@ -64,28 +79,23 @@ def _rows(result: Clustered) -> _Rows:
     node_rank[nodes] = rank[first]
     a = scored["a"].to_numpy().astype(np.int64, copy=False)
     b = scored["b"].to_numpy().astype(np.int64, copy=False)
-    exact = np.flatnonzero(rank != node_rank[frame_nodes])  # listings besides their node's rep
-    keys = np.concatenate(
-        [(node_rank[a] << 32) | node_rank[b], (node_rank[frame_nodes[exact]] << 32) | rank[exact]]
-    )
+    sharing = np.flatnonzero(rank != node_rank[frame_nodes])  # listings besides their node's rep
+    keys = np.empty(len(a) + len(sharing), dtype=np.int64)
+    np.left_shift(node_rank[a], 32, out=keys[: len(a)])
+    keys[: len(a)] |= node_rank[b]
+    np.left_shift(node_rank[frame_nodes[sharing]], 32, out=keys[len(a) :])
+    keys[len(a) :] |= rank[sharing]
     order = np.argsort(keys)
     del keys
     reps = result.nodes[S.LISTING_ID].rechunk()
     # One chunk each before gathering: a gather from a two-chunk string column took 8x longer.
     ids = pl.concat([reps, frame[S.LISTING_ID]], rechunk=True)  # node reps, then every listing
-    return _Rows(
-        order,
-        np.concatenate([a, frame_nodes[exact]]),
-        np.concatenate([b, len(reps) + exact]),
-        reps,
-        ids,
-    )
+    return _Rows(order, a, b, frame_nodes[sharing], len(reps) + sharing, reps, ids)
 
 
-def _values(scored: pl.DataFrame, calibration: Calibration | None) -> tuple[pl.DataFrame, ...]:
-    """The scored pairs' value columns (the same buffers, not a copy), and the one row of
-    values every listing that shares its node's title gets."""
-    values = scored.select(
+def _values(scored: pl.DataFrame, calibration: Calibration | None) -> pl.DataFrame:
+    """The file's value columns of some scored pairs."""
+    return scored.select(
         pl.col(S.JACCARD).cast(pl.Float64),
         pl.col(S.COSINE).cast(pl.Float64),
         pl.col("score").cast(pl.Float64).alias(S.LINK_SCORE),
@@ -93,10 +103,13 @@ def _values(scored: pl.DataFrame, calibration: Calibration | None) -> tuple[pl.D
         pl.col(S.ACCEPTED).cast(pl.Boolean),
         pl.col(S.VETO_REASON).cast(pl.String),
     ).with_columns(_p_same(scored, calibration).cast(pl.Float32))
-    exact = {S.JACCARD: 1.0, S.COSINE: 1.0, S.LINK_SCORE: 1.0, S.SIGNAL: "exact",
-             S.ACCEPTED: True, S.VETO_REASON: None,
-             S.P_SAME: None if calibration is None else calibration.exact}  # fmt: skip
-    return values, pl.DataFrame({k: [v] for k, v in exact.items()}, schema=values.schema)
+
+
+def _sharing_values(calibration: Calibration | None) -> dict:
+    """The values of every row between a listing and its node's representative."""
+    return {S.JACCARD: 1.0, S.COSINE: 1.0, S.LINK_SCORE: 1.0, S.SIGNAL: "exact",
+            S.ACCEPTED: True, S.VETO_REASON: None,
+            S.P_SAME: None if calibration is None else calibration.exact}  # fmt: skip
 
 
 def write_pairs(result: Clustered, calibration: Calibration | None, path: Path) -> Path:
@@ -106,29 +119,27 @@ def write_pairs(result: Clustered, calibration: Calibration | None, path: Path) 
 
     The file is built `_CHUNK` rows at a time into part files beside it and streamed into it:
     the whole table (~95 bytes a pair, 32 M pairs at 10^6 listings) is never in memory, only
-    the scored pairs it is gathered from and a chunk.
+    the scored pairs it is gathered from, their order and a chunk. Each chunk's strings and
+    probabilities are made from the chunk's rows alone.
     """
     rows = _rows(result)
-    values, exact = _values(result.scored, calibration)
-    n = len(values)
+    scored = result.scored
+    n = len(scored)
+    schema = _values(scored[:0], None).schema
+    sharing = pl.DataFrame({k: [v] for k, v in _sharing_values(calibration).items()}, schema=schema)
     folder = path.parent / f".{path.name}.parts"
     folder.mkdir(parents=True, exist_ok=True)
     try:
         parts = []
         for lo in range(0, max(len(rows.order), 1), _CHUNK):
             sel = rows.order[lo : lo + _CHUNK]
-            scored_at, exact_at = np.flatnonzero(sel < n), np.flatnonzero(sel >= n)
-            both = pl.concat([values[sel[scored_at]], exact[np.zeros(len(exact_at), np.int64)]])
+            scored_at, sharing_at = np.flatnonzero(sel < n), np.flatnonzero(sel >= n)
+            values = _values(scored[sel[scored_at]], calibration)
+            both = pl.concat([values, sharing[np.zeros(len(sharing_at), np.int64)]])
             back = np.empty(len(sel), np.int64)  # chunk row -> row of ``both``
             back[scored_at] = np.arange(len(scored_at))
-            back[exact_at] = len(scored_at) + np.arange(len(exact_at))
-            ends = pl.DataFrame(
-                [
-                    rows.reps.gather(rows.a[sel]).alias(S.LISTING_A),
-                    rows.ids.gather(rows.b[sel]).alias(S.LISTING_B),
-                ]
-            )
-            chunk = ends.hstack(both[back].get_columns())
+            back[sharing_at] = len(scored_at) + np.arange(len(sharing_at))
+            chunk = rows.ends(sel).hstack(both[back].get_columns())
             parts.append(io.write_parquet(chunk, folder / f"{len(parts):06d}.parquet"))
         return io.write_parquet(pl.scan_parquet(parts), path)
     finally:

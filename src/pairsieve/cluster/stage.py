@@ -45,12 +45,14 @@ from pairsieve.cluster.neighbours import Mapper
 from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.cluster.verify import (
     INFORMATIVE,
+    judging,
     resolved_link_threshold,
     uses_learned_verifier,
     verify,
+    verify_mapped,
 )
 from pairsieve.config import PairsieveConfig
-from pairsieve.core import io
+from pairsieve.core import io, memory
 from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
@@ -205,17 +207,32 @@ class Clustering:
 
 @dataclass
 class _Judgement:
-    """Listings, nodes and judged candidate pairs, before linkage; ``rejudge(lifted)`` verifies
-    the same candidates again with those vetoes lifted."""
+    """Listings, nodes and judged candidate pairs (a query: on disk when verification was
+    mapped), before linkage; when tuning to labels, ``rejudge(lifted)`` verifies the same
+    candidates again with those vetoes lifted."""
 
     frame: pl.DataFrame
     nodes: pl.DataFrame
-    scored: pl.DataFrame
-    rejudge: Callable[[tuple[str, ...]], pl.DataFrame]
+    scored: pl.LazyFrame
+    rejudge: Callable[[tuple[str, ...]], pl.DataFrame] | None
     ivf: knn.IvfLayout | None
     by_signal: dict[str, int]
     details: dict
     timings: dict[str, float]
+
+
+def _nodes(
+    listings: pl.DataFrame, max_bucket: int
+) -> tuple[pl.DataFrame, pl.DataFrame, list[text.Attributes]]:
+    """The listings with their node (`prepare`), the nodes (`node_table`) and each node's
+    attributes without the codes found on more than ``max_bucket`` titles."""
+    by_title: dict[str, text.Attributes] = {}
+    frame = prepare(listings, by_title)
+    nodes = node_table(frame)
+    attrs = [by_title[t] for t in nodes[S.TITLE_NORM].to_list()]
+    del by_title
+    common = candidates.common_codes(attrs, max_bucket)
+    return frame, nodes, [a.without_codes(common) for a in attrs]
 
 
 def _judge(  # noqa: PLR0913 - the stage's optional inputs
@@ -225,24 +242,20 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
     features: dict[str, np.ndarray] | None,
     previous: PreviousClustering | None,
     requested: pl.DataFrame | None,
-    reuse_pairs: bool,
+    tuning: bool,
     mapper: Mapper | None,
 ) -> _Judgement:
-    """Nodes, candidates and their verification (see `cluster_listings`)."""
+    """Nodes, candidates and their verification (see `cluster_listings`). When ``tuning`` to
+    labels, every pair is judged afresh and can be judged again (``rejudge``); otherwise
+    nothing verification read is kept."""
     c = cfg.cluster
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    by_title: dict[str, text.Attributes] = {}
-    frame = prepare(listings, by_title)
-    nodes = node_table(frame)
-    attrs = [by_title[t] for t in nodes[S.TITLE_NORM].to_list()]
-    del by_title
-    common = candidates.common_codes(attrs, c.max_bucket)
-    attrs = [a.without_codes(common) for a in attrs]
+    frame, nodes, attrs = _nodes(listings, c.max_bucket)
     timings["attributes_s"] = time.perf_counter() - started
     details: dict = {"titles": len(nodes)}
     unsettled = None  # a full build generates every pair
-    if previous is not None and reuse_pairs:
+    if previous is not None and not tuning:
         settled = previous.settled(frame, nodes)
         unsettled = ~settled
         details["settled_nodes"] = int(settled.sum())
@@ -257,20 +270,28 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
         asked = touching(candidates.node_pairs(frame, requested), unsettled)
         by_signal["requested"] = len(asked)
         candidate_pairs = candidates.with_requested(candidate_pairs, asked)
-    scored = verify(c, candidate_pairs, nodes, attrs, vectors, features)
+    if mapper is None or features is not None:
+        scored = verify(c, candidate_pairs, nodes, attrs, vectors, features).lazy()
+    else:
+        context, cosine = judging(c, candidate_pairs, nodes, attrs, vectors)
+        if not tuning:
+            del vectors, attrs  # the context holds what verification reads of them
+        scored = pl.scan_parquet(verify_mapped(cfg, context, candidate_pairs, cosine, mapper))
+        del context, cosine
     if unsettled is not None:
         reused = previous.pairs_between(nodes, ~unsettled)
         details["reused_pairs"] = len(reused)
         # In (a, b) order as a full build has them, sorted on one int64 key: ~2x faster than on
         # two columns for the 3e7 pairs of 10^6 listings (agglomerate is 2x slower unsorted).
         key = (pl.col("a").cast(pl.Int64) * (1 << 32) + pl.col("b")).alias("_key")
-        scored = pl.concat([scored, reused.cast(scored.schema)]).sort(key)
+        scored = pl.concat([scored, reused.cast(scored.collect_schema()).lazy()]).sort(key)
 
     def rejudge(lifted: tuple[str, ...]) -> pl.DataFrame:
         lifting = c.model_copy(update={"lifted_vetoes": lifted})
         return verify(lifting, candidate_pairs, nodes, attrs, vectors)
 
-    return _Judgement(frame, nodes, scored, rejudge, ivf, by_signal, details, timings)
+    kept = rejudge if tuning else None
+    return _Judgement(frame, nodes, scored, kept, ivf, by_signal, details, timings)
 
 
 def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
@@ -294,11 +315,13 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     the kNN search over partitions of titles (`cluster.neighbours`)."""
     c = cfg.cluster
     started = time.perf_counter()
-    judged = _judge(cfg, listings, encoder, features, previous, requested, not label_files, mapper)
-    scored, details, timings = judged.scored, judged.details, judged.timings
+    tuning = bool(label_files)
+    judged = _judge(cfg, listings, encoder, features, previous, requested, tuning, mapper)
+    details, timings = judged.details, judged.timings
     counts = judged.nodes["count"].to_numpy()
     accept, link, unjudged = c.accept_probability, resolved_link_threshold(c), c.unjudged_weight
     if label_files:
+        scored = judged.scored.collect()
         tuned = labelled.tune(c, label_files, judged.frame, counts, scored, judged.rejudge)
         scored, details["labels"] = tuned.scored, tuned.details
         setting = tuned.setting
@@ -308,10 +331,13 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
             setting.unjudged_weight,
         )
     details["accept_probability"] = accept  # what a label sample of this build groups pairs by
-    timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
     # rejudge holds every title's attributes, the vectors and the candidate pairs: ~4 GB at
-    # 10^6 listings that the linkage does not need.
+    # 10^6 listings that the linkage does not need; the judged pairs are read after they go.
     judged = replace(judged, rejudge=None)
+    memory.release()
+    if not tuning:
+        scored = judged.scored.collect()
+    timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
     labels = linkage.agglomerate(counts, scored, link, unjudged)
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
     details.update(_judged(scored, judged.by_signal))

@@ -8,24 +8,29 @@ part that decides which pairs may ever join, and the part its tests check pair b
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster import verifier
-from pairsieve.config import ClusterConfig
-from pairsieve.core import progress
+from pairsieve.config import ClusterConfig, PairsieveConfig
+from pairsieve.core import io, partitions, progress
 from pairsieve.core.parallel import in_processes
+from pairsieve.core.partitions import Span
 from pairsieve.errors import PairsieveError
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
+
+    from pairsieve.cluster.neighbours import Mapper
 
 INFORMATIVE = "_informative"  # node column: the title carries a brand, model or attribute token
 
@@ -264,6 +269,27 @@ def _vetoes(
     return reason, shared
 
 
+def judging(
+    cfg: ClusterConfig,
+    candidates: pl.DataFrame,
+    nodes: pl.DataFrame,
+    attrs: list[text.Attributes],
+    vectors: np.ndarray | None,
+) -> tuple[Judging, np.ndarray | None]:
+    """What every chunk of the candidates is judged with (`Judging`), and every candidate's
+    cosine (None without embeddings)."""
+    columns = _AttributeColumns(attrs)
+    cosine = best = None
+    if vectors is not None:
+        from pairsieve.vectors.knn import pair_scores  # faiss, only where embeddings are used
+
+        a = candidates["a"].to_numpy().astype(np.int64, copy=False)
+        b = candidates["b"].to_numpy().astype(np.int64, copy=False)
+        cosine = pair_scores(vectors, a, vectors, b).clip(-1, 1)
+        best = verifier.best_cosines(len(attrs), a, b, cosine)
+    return Judging(cfg, nodes, columns, best, lifted_vetoes(cfg)), cosine
+
+
 def verify(
     cfg: ClusterConfig,
     candidates: pl.DataFrame,
@@ -285,20 +311,12 @@ def verify(
 
     The checks are `match.jaccard` and `match.assess` per pair, evaluated column-wise over
     integer-encoded attributes (`_AttributeColumns`); a test checks they agree pair by pair.
-    Every pair is judged on its own, so the candidates go through in chunks.
+    Every pair is judged on its own, so the candidates go through in chunks
+    (`verify_mapped` maps the same chunks over a runner).
     """
-    columns = _AttributeColumns(attrs)
-    a = candidates["a"].to_numpy().astype(np.int64, copy=False)
-    b = candidates["b"].to_numpy().astype(np.int64, copy=False)
-    cosine = best = None
-    if vectors is not None:
-        from pairsieve.vectors.knn import pair_scores  # faiss, only where embeddings are used
-
-        cosine = pair_scores(vectors, a, vectors, b).clip(-1, 1)
-        best = verifier.best_cosines(len(attrs), a, b, cosine)
-    context = _Shared(cfg, nodes, columns, best, lifted_vetoes(cfg))
+    context, cosine = judging(cfg, candidates, nodes, attrs, vectors)
     parts, found = [], []
-    with progress.step("verifying candidate pairs", len(candidates), "pairs") as counter:
+    with progress.step(VERIFY_STEP, len(candidates), "pairs") as counter:
         for lo in range(0, max(len(candidates), 1), _VERIFY_CHUNK):
             hi = min(lo + _VERIFY_CHUNK, len(candidates))
             found.append(None if features is None else {})
@@ -311,8 +329,77 @@ def verify(
     return pl.concat(parts)
 
 
+VERIFY_STEP = "verifying candidate pairs"
+
+
 @dataclass(frozen=True)
-class _Shared:
+class VerifyPlan:
+    """What every span of a mapped verification reads: the attributes and the best cosines
+    (`Judging`), the candidates sorted by (a, b), so that a span is a range of the pairs'
+    smaller node, and their cosines."""
+
+    context: Judging
+    candidates: pl.DataFrame | pl.LazyFrame
+    cosine: np.ndarray | None
+
+    def write(self, folder: Path) -> Path:
+        """Write the plan into ``folder`` and hold it in this process."""
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "context.pickle", "wb") as out:
+            pickle.dump(self.context, out, protocol=pickle.HIGHEST_PROTOCOL)
+        io.write_parquet(self.candidates, folder / "candidates.parquet")
+        if self.cosine is not None:
+            np.save(folder / "cosine.npy", self.cosine)
+        partitions.hold(folder, self)
+        return folder
+
+    @staticmethod
+    def read(folder: Path) -> VerifyPlan:
+        """The plan in ``folder``: the candidates scanned and the cosines memory-mapped (a
+        span reads its own rows)."""
+        with open(folder / "context.pickle", "rb") as source:
+            context = pickle.load(source)
+        cosine = folder / "cosine.npy"
+        return VerifyPlan(
+            context,
+            pl.scan_parquet(folder / "candidates.parquet"),
+            np.load(cosine, mmap_mode="r") if cosine.exists() else None,
+        )
+
+
+def verify_span(plan: str, span: Span, cfg: Any) -> str:
+    """A mapped span: its candidates judged into a parquet file beside the plan folder, named by
+    the span (written atomically: a retried span rewrites the same file)."""
+    held = partitions.held(plan, VerifyPlan.read)
+    lo, hi = span
+    chunk = held.candidates.slice(lo, hi - lo).lazy().collect()
+    cosine = None if held.cosine is None else np.asarray(held.cosine[lo:hi])
+    scored = _verify_chunk(held.context, chunk, cosine, None)
+    return str(io.write_parquet(scored, Path(plan).parent / f"verified-{lo:012d}.parquet"))
+
+
+def verify_mapped(
+    cfg: PairsieveConfig,
+    context: Judging,
+    candidates: pl.DataFrame,
+    cosine: np.ndarray | None,
+    mapper: Mapper,
+) -> list[str]:
+    """`verify` as a map over spans of the candidates on ``mapper``'s runner (``cfg.runner``),
+    given what `judging` made of them: the parquet files of the judged spans, in span order
+    (together, `verify`'s frame). Only a span's judged pairs are in memory at a time, and the
+    vectors the cosines came from are not needed."""
+    folder = mapper.folder / "verify-plan"
+    VerifyPlan(context, candidates, cosine).write(folder)
+    spans = partitions.spans(len(candidates), _VERIFY_CHUNK)
+    try:
+        return mapper.map_spans(verify_span, str(folder), spans, cfg, VERIFY_STEP)
+    finally:
+        partitions.forget(folder)
+
+
+@dataclass(frozen=True)
+class Judging:
     """What every chunk of `verify` reads: the attributes encoded once, and each node's best
     cosine over all candidates (a feature of the learned verifier)."""
 
@@ -324,23 +411,23 @@ class _Shared:
 
 
 def _verify_chunk(
-    shared_by_chunks: _Shared,
+    judging: Judging,
     candidates: pl.DataFrame,
     cosine: np.ndarray | None,
     features: dict[str, np.ndarray] | None,
 ) -> pl.DataFrame:
-    cfg, nodes, columns = shared_by_chunks.cfg, shared_by_chunks.nodes, shared_by_chunks.columns
+    cfg, nodes, columns = judging.cfg, judging.nodes, judging.columns
     a = candidates["a"].to_numpy().astype(np.int64, copy=False)
     b = candidates["b"].to_numpy().astype(np.int64, copy=False)
     jac = columns.jaccard(a, b)
-    reason, shared = _vetoes(columns, nodes, a, b, shared_by_chunks.lifted)
+    reason, shared = _vetoes(columns, nodes, a, b, judging.lifted)
     vetoed = reason > 0
     names = columns.reason_names()
     reasons = pl.Series(S.VETO_REASON, names, dtype=pl.String).gather(reason).cast(VETO_TYPE)
     learned = uses_learned_verifier(cfg) and cosine is not None
     if cosine is not None and (learned or features is not None):
         signals = candidates[S.SIGNAL]
-        pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, shared_by_chunks.best)
+        pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, judging.best)
         probability = _learned_probability(columns, pairs, {} if features is None else features)
     if learned:
         score = probability

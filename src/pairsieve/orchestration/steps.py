@@ -151,7 +151,8 @@ def cluster_step(
     With ``previous`` (the folder of the last published build) product ids carry over from it
     and its verified pairs between unchanged titles are reused (`cluster.reuse`). Answered
     ``labels`` files tune the clustering to this catalog (`cluster.labelled`). ``map_spans``
-    runs the kNN search's partitions (`cluster.neighbours`; default: in memory here).
+    runs the partitions of the kNN search and of verification (`cluster.neighbours`,
+    `cluster.verify`; default: in memory here).
     """
     from pairsieve.cluster import stage as cluster
     from pairsieve.core import io

@@ -491,6 +491,30 @@ def test_code_block_pairs_equal_brute_force() -> None:
         assert touching(some, wanted).tolist() == touching(pairs, wanted).tolist()
 
 
+def test_combined_candidates_name_every_signal_that_proposed_a_pair() -> None:
+    """One row per distinct pair, sorted, with the signals joined in SIGNAL_ORDER."""
+    rng = np.random.default_rng(1)
+    found = {
+        name: rng.integers(0, 30, size=(rng.integers(0, 60), 2))
+        for name in ("embedding", "code", "minhash")
+    }
+    found = {name: np.sort(p, axis=1)[p[:, 0] != p[:, 1]] for name, p in found.items()}
+    proposers: dict[tuple[int, int], set[str]] = {}
+    for name, pairs in found.items():
+        for x, y in pairs.tolist():
+            proposers.setdefault((x, y), set()).add(name)
+    combined = candidates.combine_candidates(
+        {name: candidates.pair_codes(p) for name, p in found.items()}
+    )
+    expected = [
+        (x, y, "+".join(s for s in candidates.SIGNAL_ORDER if s in proposers[x, y]))
+        for x, y in sorted(proposers)
+    ]
+    assert combined.rows() == expected
+    assert combined.schema[S.SIGNAL] == candidates.SIGNAL_TYPE
+    assert candidates.combine_candidates({"code": np.empty(0, np.int64)}).height == 0
+
+
 def _from_disk(fn, plan, spans, cfg, step):
     """Each span reads the plan from disk, as a worker process would."""
     from pairsieve.core import partitions
@@ -499,9 +523,10 @@ def _from_disk(fn, plan, spans, cfg, step):
     return [fn(plan, span, cfg) for span in spans]
 
 
-def test_mapped_search_and_chunked_pairs_file_give_the_same_bytes(
+def test_mapped_search_and_verification_and_chunked_pairs_file_give_the_same_bytes(
     cfg, encoder, tmp_path, monkeypatch
 ) -> None:
+    """Each mapped span reads its plan from disk, as a worker process would."""
     from pairsieve.cluster import neighbours, pairs_file
 
     copies = pl.DataFrame({S.LISTING_ID: ["a4"], S.TITLE: [TITLES["a1"][0]]})
@@ -509,9 +534,15 @@ def test_mapped_search_and_chunked_pairs_file_give_the_same_bytes(
     cluster.run(cfg, cluster.Inputs(frame), tmp_path / "whole", encoder=encoder)
     monkeypatch.setattr(pairs_file, "_CHUNK", 3)
     monkeypatch.setattr(neighbours, "KNN_QUERIES", 4)
-    cluster.run(
-        cfg, cluster.Inputs(frame), tmp_path / "spans", encoder=encoder, map_spans=_from_disk
-    )
+    monkeypatch.setattr(cluster_verify, "_VERIFY_CHUNK", 2)
+    spans_seen: dict[str, int] = {}
+
+    def counted(fn, plan, spans, cfg, step):
+        spans_seen[step] = len(spans)
+        return _from_disk(fn, plan, spans, cfg, step)
+
+    cluster.run(cfg, cluster.Inputs(frame), tmp_path / "spans", encoder=encoder, map_spans=counted)
+    assert spans_seen[neighbours.STEP] > 1 and spans_seen[cluster_verify.VERIFY_STEP] > 1
     whole = pl.read_parquet(tmp_path / "whole" / S.PAIRS_FILE)
     assert whole.equals(pl.read_parquet(tmp_path / "spans" / S.PAIRS_FILE))
     assert (whole[S.SIGNAL] == "exact").sum() >= 1 and len(whole) > 3  # spans several chunks

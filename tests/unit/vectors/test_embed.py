@@ -101,7 +101,7 @@ def test_each_partition_is_stored_as_soon_as_it_is_encoded(tmp_path):
 
 
 def test_shared_cache_is_one_view_per_folder_that_sees_every_writer(tmp_path):
-    """Stages share one in-memory view (no re-reading every part per stage); partition tasks
+    """Stages share one view (one index of the keys, not one per stage); partition tasks
     storing from threads, and writers elsewhere, all show up in it."""
     view = shared_cache(str(tmp_path), "fake")
     assert shared_cache(str(tmp_path), "fake") is view
@@ -139,6 +139,25 @@ def test_leftover_tmp_file_and_truncated_part_are_never_read(tmp_path, caplog):
     # the texts of the damaged part are simply encoded again
     encoder.calls.clear()
     _, stats = embed_texts(TITLES[:6], encoder, EmbeddingCache(tmp_path, "fake"))
+    assert (stats.cache_hits, stats.encoded) == (3, 3)
+
+
+def test_a_part_damaged_after_it_was_indexed_is_skipped_by_the_lookup(tmp_path, caplog):
+    """A lookup reads the vectors of indexed parts only when asked: one found damaged then is
+    skipped with a warning, and its texts are encoded again."""
+    encoder, cache = CountingEncoder(), EmbeddingCache(tmp_path, "fake")
+    good = cache.store(text_keys(TITLES[:3]), encoder.encode(TITLES[:3]))
+    bad = cache.store(text_keys(TITLES[3:6]), encoder.encode(TITLES[3:6]))
+    view = EmbeddingCache(tmp_path, "fake")
+    assert view.contains(text_keys(TITLES[:6])).all()  # both indexed
+    data = bytearray(bad.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # a flipped bit inside the vectors: its CRC fails
+    bad.write_bytes(bytes(data))
+    found, vectors = view.lookup(text_keys(TITLES[:6]))
+    assert found.tolist() == [True] * 3 + [False] * 3
+    np.testing.assert_array_equal(vectors, encoder.encode(TITLES[:3]))
+    assert "unreadable embedding cache part" in caplog.text and good.exists()
+    _, stats = embed_texts(TITLES[:6], encoder, view)
     assert (stats.cache_hits, stats.encoded) == (3, 3)
 
 
