@@ -23,6 +23,7 @@ from pairsieve.errors import PairsieveError
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 from pairsieve.vectors import minhash
+from pairsieve.vectors.minhash import pair_codes
 
 if TYPE_CHECKING:
     from pairsieve.vectors import knn
@@ -113,10 +114,7 @@ def minhash_pairs(
     return pairs, skipped, stats.encoded
 
 
-def pair_codes(pairs: np.ndarray) -> np.ndarray:
-    """(m,) int64 ``a << 32 | b`` of (m, 2) node pairs: one sortable key a pair, in half the
-    memory of the pair."""
-    return (pairs[:, 0].astype(np.int64) << 32) | pairs[:, 1]
+_SEARCH_CHUNK = 1 << 22  # a signal's codes looked up at a time: a bounded index array
 
 
 def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
@@ -135,15 +133,15 @@ def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
     codes = codes[np.r_[True, codes[1:] != codes[:-1]]]
     mask = np.zeros(len(codes), dtype=np.uint8)
     for name, signal_codes in parts:
-        mask[np.searchsorted(codes, signal_codes)] |= 1 << SIGNAL_ORDER.index(name)
+        for lo in range(0, len(signal_codes), _SEARCH_CHUNK):
+            at = np.searchsorted(codes, signal_codes[lo : lo + _SEARCH_CHUNK])
+            mask[at] |= 1 << SIGNAL_ORDER.index(name)
     # SIGNAL_TYPE lists the signal sets in mask order: the set of mask m is category m - 1.
     signals = pl.Series(SIGNAL_TYPE.categories).cast(SIGNAL_TYPE)
+    b = codes & 0xFFFFFFFF
+    codes >>= 32  # the codes become the first ends, in place
     return pl.DataFrame(
-        {
-            "a": codes >> 32,
-            "b": codes & 0xFFFFFFFF,
-            S.SIGNAL: signals.gather(pl.Series(mask, dtype=pl.UInt8) - 1),
-        }
+        {"a": codes, "b": b, S.SIGNAL: signals.gather(pl.Series(mask, dtype=pl.UInt8) - 1)}
     )
 
 

@@ -36,7 +36,7 @@ def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
     return pl.Series(S.P_SAME, calibration.p_same(scored["score"].to_numpy(), vetoed))
 
 
-_CHUNK = 1 << 19  # rows of the file built at a time
+_CHUNK = 1 << 19  # rows of the file built at a time: ~50 MB of rows, and their gathers
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,8 @@ class _Rows:
     """The file's rows: the scored pairs (source rows 0..n-1), then one row per listing that
     shares its node's title (rows n..). ``order`` lists source rows in file order. A scored
     row i joins the representatives of nodes ``a[i]`` and ``b[i]``; a sharing row n + j joins
-    the representative of node ``node[j]`` and listing ``listing[j]`` of the frame."""
+    the representative of node ``node[j]`` and entry ``listing[j]`` of ``ids`` (the nodes'
+    representatives, then every listing)."""
 
     order: np.ndarray
     a: np.ndarray

@@ -211,7 +211,7 @@ class _AttributeColumns:
 
 
 _PAIR_CHUNK = 1 << 20
-_VERIFY_CHUNK = 1 << 20  # candidates verified at a time: progress to show, and a bounded peak
+_VERIFY_CHUNK = 1 << 20  # candidates verified at a time (a mapped span): progress, a bounded peak
 _REASONS: tuple[str | None, ...] = (
     None,
     "low_information",
@@ -343,7 +343,8 @@ class VerifyPlan:
     cosine: np.ndarray | None
 
     def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` and hold it in this process."""
+        """Write the plan into ``folder`` (for workers in other processes: the parsed titles
+        are pickled) and hold it in this process, whose spans use it as it is."""
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / "context.pickle", "wb") as out:
             pickle.dump(self.context, out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -369,7 +370,8 @@ class VerifyPlan:
 
 def verify_span(plan: str, span: Span, cfg: Any) -> str:
     """A mapped span: its candidates judged into a parquet file beside the plan folder, named by
-    the span (written atomically: a retried span rewrites the same file)."""
+    the span (written atomically: a retried span rewrites the same file). The settings it
+    judges by are the plan's; ``cfg``, the map's, is not read."""
     held = partitions.held(plan, VerifyPlan.read)
     lo, hi = span
     chunk = held.candidates.slice(lo, hi - lo).lazy().collect()
@@ -411,23 +413,23 @@ class Judging:
 
 
 def _verify_chunk(
-    judging: Judging,
+    context: Judging,
     candidates: pl.DataFrame,
     cosine: np.ndarray | None,
     features: dict[str, np.ndarray] | None,
 ) -> pl.DataFrame:
-    cfg, nodes, columns = judging.cfg, judging.nodes, judging.columns
+    cfg, nodes, columns = context.cfg, context.nodes, context.columns
     a = candidates["a"].to_numpy().astype(np.int64, copy=False)
     b = candidates["b"].to_numpy().astype(np.int64, copy=False)
     jac = columns.jaccard(a, b)
-    reason, shared = _vetoes(columns, nodes, a, b, judging.lifted)
+    reason, shared = _vetoes(columns, nodes, a, b, context.lifted)
     vetoed = reason > 0
     names = columns.reason_names()
     reasons = pl.Series(S.VETO_REASON, names, dtype=pl.String).gather(reason).cast(VETO_TYPE)
     learned = uses_learned_verifier(cfg) and cosine is not None
     if cosine is not None and (learned or features is not None):
         signals = candidates[S.SIGNAL]
-        pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, judging.best)
+        pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, context.best)
         probability = _learned_probability(columns, pairs, {} if features is None else features)
     if learned:
         score = probability

@@ -204,11 +204,21 @@ def lsh_pairs(
     return unique_pairs(np.concatenate(found) if found else np.empty((0, 2), np.int64)), skipped
 
 
+def pair_codes(pairs: np.ndarray) -> np.ndarray:
+    """(m,) int64 ``i << 32 | j`` of (m, 2) pairs (indices < 2**31): one sortable key a pair,
+    in half the memory of the pair."""
+    return (pairs[:, 0].astype(np.int64) << 32) | pairs[:, 1]
+
+
 def unique_pairs(pairs: np.ndarray) -> np.ndarray:
     """Distinct rows of an (m, 2) int64 array of i < j pairs, sorted."""
-    if len(pairs) == 0:
-        return pairs.reshape(0, 2)
-    codes = np.sort((pairs[:, 0] << 32) | pairs[:, 1])  # indices < 2**31
+    return distinct_pairs(pair_codes(pairs))
+
+
+def distinct_pairs(codes: np.ndarray) -> np.ndarray:
+    """The distinct pairs of `pair_codes` as an (m, 2) int64 array, sorted; ``codes`` is sorted
+    in place."""
     # Sort and drop repeats: np.unique's hash path is ~40x slower on millions of int64.
-    codes = codes[np.r_[True, codes[1:] != codes[:-1]]]
+    codes.sort()
+    codes = codes[np.r_[True, codes[1:] != codes[:-1]]] if len(codes) else codes
     return np.stack([codes >> 32, codes & 0xFFFFFFFF], axis=1)
