@@ -270,14 +270,14 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
         asked = touching(candidates.node_pairs(frame, requested), unsettled)
         by_signal["requested"] = len(asked)
         candidate_pairs = candidates.with_requested(candidate_pairs, asked)
+    context, cosine = judging(c, candidate_pairs, nodes, attrs, vectors)
     if mapper is None or features is not None:
-        scored = verify(c, candidate_pairs, nodes, attrs, vectors, features).lazy()
+        scored = verify(context, cosine, candidate_pairs, features).lazy()
     else:
-        context, cosine = judging(c, candidate_pairs, nodes, attrs, vectors)
         if not tuning:
             del vectors, attrs  # the context holds what verification reads of them
-        scored = pl.scan_parquet(verify_mapped(cfg, context, candidate_pairs, cosine, mapper))
-        del context, cosine
+        scored = pl.scan_parquet(verify_mapped(cfg, context, cosine, candidate_pairs, mapper))
+    del context, cosine
     if unsettled is not None:
         reused = previous.pairs_between(nodes, ~unsettled)
         details["reused_pairs"] = len(reused)
@@ -288,7 +288,7 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
 
     def rejudge(lifted: tuple[str, ...]) -> pl.DataFrame:
         lifting = c.model_copy(update={"lifted_vetoes": lifted})
-        return verify(lifting, candidate_pairs, nodes, attrs, vectors)
+        return verify(*judging(lifting, candidate_pairs, nodes, attrs, vectors), candidate_pairs)
 
     kept = rejudge if tuning else None
     return _Judgement(frame, nodes, scored, kept, ivf, by_signal, details, timings)

@@ -291,14 +291,13 @@ def judging(
 
 
 def verify(
-    cfg: ClusterConfig,
+    context: Judging,
+    cosine: np.ndarray | None,
     candidates: pl.DataFrame,
-    nodes: pl.DataFrame,
-    attrs: list[text.Attributes],
-    vectors: np.ndarray | None,
     features: dict[str, np.ndarray] | None = None,
 ) -> pl.DataFrame:
-    """Score every candidate and decide it: jaccard, cosine, score, accepted, veto_reason.
+    """Score every candidate and decide it, given what `judging` made of them (its settings,
+    attributes and cosines): jaccard, cosine, score, accepted, veto_reason.
 
     A pair is accepted when nothing vetoes it and, with the learned verifier (default, with
     embeddings), its probability (`verifier`) reaches accept_probability; that probability is
@@ -314,7 +313,6 @@ def verify(
     Every pair is judged on its own, so the candidates go through in chunks
     (`verify_mapped` maps the same chunks over a runner).
     """
-    context, cosine = judging(cfg, candidates, nodes, attrs, vectors)
     parts, found = [], []
     with progress.step(VERIFY_STEP, len(candidates), "pairs") as counter:
         for lo in range(0, max(len(candidates), 1), _VERIFY_CHUNK):
@@ -383,8 +381,8 @@ def verify_span(plan: str, span: Span, cfg: Any) -> str:
 def verify_mapped(
     cfg: PairsieveConfig,
     context: Judging,
-    candidates: pl.DataFrame,
     cosine: np.ndarray | None,
+    candidates: pl.DataFrame,
     mapper: Mapper,
 ) -> list[str]:
     """`verify` as a map over spans of the candidates on ``mapper``'s runner (``cfg.runner``),

@@ -23,6 +23,12 @@ TITLES = [
 ]
 
 
+def _verified(cfg, candidates, nodes, attrs, vectors, features=None):
+    """`verify` of the candidates, judged as the cluster stage judges them."""
+    context, cosine = cluster_verify.judging(cfg, candidates, nodes, attrs, vectors)
+    return cluster_verify.verify(context, cosine, candidates, features)
+
+
 def _features(pairs: list[tuple[int, int]], cosine: list[float]) -> dict[str, np.ndarray]:
     attrs = [text.extract_attributes(text.normalize(t)) for t in TITLES]
     columns = cluster_verify._AttributeColumns(attrs)
@@ -84,12 +90,12 @@ def test_verify_accepts_by_probability_and_rule_stays_available() -> None:
     vectors = np.eye(3, dtype=np.float32)[[0, 0, 1]]  # pair (0,1) cosine 1, the others 0
     learned = PairsieveConfig().cluster
     features: dict[str, np.ndarray] = {}
-    scored = cluster_verify.verify(learned, candidates, nodes, attrs, vectors, features)
+    scored = _verified(learned, candidates, nodes, attrs, vectors, features)
     p = verifier.load_model().probability(features)
     assert np.allclose(scored["score"].to_numpy(), p)
     assert (scored[S.ACCEPTED].to_numpy() == (p >= learned.accept_probability)).all()
     rule = learned.model_copy(update={"verifier": "rule"})
-    by_rule = cluster_verify.verify(rule, candidates, nodes, attrs, vectors)
+    by_rule = _verified(rule, candidates, nodes, attrs, vectors)
     assert np.allclose(by_rule["score"].to_numpy(), [1.0, 0.0, 0.0])
 
 
@@ -114,16 +120,16 @@ def test_verify_in_chunks_judges_every_pair_as_in_one(monkeypatch) -> None:
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     cfg = PairsieveConfig().cluster
     whole_features: dict[str, np.ndarray] = {}
-    whole = cluster_verify.verify(cfg, candidates, nodes, attrs, vectors, whole_features)
+    whole = _verified(cfg, candidates, nodes, attrs, vectors, whole_features)
     monkeypatch.setattr(cluster_verify, "_VERIFY_CHUNK", 3)
     chunked_features: dict[str, np.ndarray] = {}
-    chunked = cluster_verify.verify(cfg, candidates, nodes, attrs, vectors, chunked_features)
+    chunked = _verified(cfg, candidates, nodes, attrs, vectors, chunked_features)
     assert chunked.equals(whole)
     assert set(chunked_features) == set(whole_features)
     for name, column in whole_features.items():
         assert np.array_equal(chunked_features[name], column), name
     assert (whole_features["cosine_gap"] > 0).any()  # the feature that reads all candidates
-    empty = cluster_verify.verify(cfg, candidates.head(0), nodes, attrs, vectors)
+    empty = _verified(cfg, candidates.head(0), nodes, attrs, vectors)
     assert empty.height == 0 and empty.columns == whole.columns
 
 
