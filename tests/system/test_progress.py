@@ -19,7 +19,7 @@ STEPS = {
     "embedding texts": "texts",
     "computing MinHash signatures": "texts",
     "finding nearest titles": "partitions",
-    "verifying candidate pairs": "pairs",
+    "verifying candidate pairs": "partitions",
     "mining hard negatives": "partitions",
     "writing train shards": "rows",
 }
