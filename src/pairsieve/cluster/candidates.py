@@ -88,9 +88,7 @@ def code_block_pairs(
         block = members[starts[paired & (sizes == size)][:, None] + np.arange(size)]
         first, second = np.triu_indices(size, 1)
         found.append(((block[:, first] << 32) | block[:, second]).ravel())
-    codes = np.sort(np.concatenate(found))
-    codes = codes[np.r_[True, codes[1:] != codes[:-1]]] if len(codes) else codes
-    return np.stack([codes >> 32, codes & 0xFFFFFFFF], axis=1), int(np.sum(sizes > max_block))
+    return minhash.distinct_pairs(np.concatenate(found)), int(np.sum(sizes > max_block))
 
 
 def minhash_pairs(
@@ -128,9 +126,7 @@ def combine_candidates(found: dict[str, np.ndarray]) -> pl.DataFrame:
     parts = [(name, codes) for name, codes in found.items() if len(codes)]
     if not parts:
         return pl.DataFrame(schema={"a": pl.Int64, "b": pl.Int64, S.SIGNAL: SIGNAL_TYPE})
-    codes = np.concatenate([c for _, c in parts])
-    codes.sort()
-    codes = codes[np.r_[True, codes[1:] != codes[:-1]]]
+    codes = minhash.distinct_codes(np.concatenate([c for _, c in parts]))
     mask = np.zeros(len(codes), dtype=np.uint8)
     for name, signal_codes in parts:
         for lo in range(0, len(signal_codes), _SEARCH_CHUNK):

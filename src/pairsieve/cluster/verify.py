@@ -315,8 +315,7 @@ def verify(
     """
     parts, found = [], []
     with progress.step(VERIFY_STEP, len(candidates), "pairs") as counter:
-        for lo in range(0, max(len(candidates), 1), _VERIFY_CHUNK):
-            hi = min(lo + _VERIFY_CHUNK, len(candidates))
+        for lo, hi in partitions.spans(len(candidates), _VERIFY_CHUNK):
             found.append(None if features is None else {})
             part_cosine = None if cosine is None else cosine[lo:hi]
             chunk = candidates.slice(lo, hi - lo)
