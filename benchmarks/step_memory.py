@@ -15,6 +15,11 @@ links to the earlier stages:
 
 For each step or marked function: how often it ran, its seconds, the highest resident set while
 it ran and the most it rose above where it started.
+
+``--worker`` maps each step's partitions in a fresh child process instead, one after the other,
+which reads the plan from its files as a Dask or Ray worker does: its peak resident set per
+mapped step is what a worker of that step needs (the stage's own process still holds whatever
+it held to write the plan).
 """
 
 from __future__ import annotations
@@ -23,9 +28,12 @@ import argparse
 import contextlib
 import functools
 import importlib
+import multiprocessing
+import resource
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -122,6 +130,34 @@ def mark_function(timeline: Timeline, target: str) -> None:
     setattr(owner, name, marked)
 
 
+def _with_peak(fn, plan, span, cfg):
+    """``fn``'s result and this process's peak resident set so far, in GiB."""
+    result = fn(plan, span, cfg)
+    return result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+class ChildMap:
+    """A `partitions.MapSpans` that runs a step's spans one after the other in a fresh spawned
+    process; ``peaks`` holds (step, spans, seconds, the child's peak GiB) per mapped step."""
+
+    def __init__(self) -> None:
+        self.peaks: list[tuple[str, int, float, float]] = []
+
+    def __call__(self, fn, plan, spans, cfg, step):
+        started, results, peak = time.perf_counter(), [], 0.0
+        spawn = multiprocessing.get_context("spawn")
+        with (
+            ProcessPoolExecutor(1, mp_context=spawn) as child,
+            progress.step(step, len(spans), "partitions") as counter,
+        ):
+            for span in spans:
+                result, peak = child.submit(_with_peak, fn, plan, span, cfg).result()
+                results.append(result)
+                counter.advance()
+        self.peaks.append((step, len(spans), time.perf_counter() - started, peak))
+        return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True)
@@ -130,6 +166,7 @@ def main() -> None:
     parser.add_argument("--stage", choices=sorted(EARLIER), default="cluster")
     parser.add_argument("--mark", action="append", default=[], metavar="MODULE:FUNCTION")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--worker", action="store_true", help="map spans in a child process")
     args = parser.parse_args()
     overrides = dict(parse_override(item) for item in args.set)
     cfg = load_config(None, {"cache_dir": str(args.cache), **overrides})
@@ -145,7 +182,9 @@ def main() -> None:
     with timeline.span(f"{args.stage} stage"):
         with timeline.span("start"):
             pass
-        getattr(steps, f"{args.stage}_step")(cfg, args.out, map_spans=partitions.map_here)
+        child_map = ChildMap() if args.worker else None
+        map_spans = child_map or partitions.map_here
+        getattr(steps, f"{args.stage}_step")(cfg, args.out, map_spans=map_spans)
         with timeline.span("end"):
             pass
     timeline.running = False
@@ -156,6 +195,8 @@ def main() -> None:
             f"{name:45s} runs {row['runs']:5.0f}  {row['seconds']:8.1f} s  "
             f"max {row['max_gib']:5.2f} GiB  rise {row['rise_gib']:5.2f}"
         )
+    for step, count, seconds, peak in child_map.peaks if child_map else []:
+        print(f"worker: {step:37s} spans {count:4d}  {seconds:8.1f} s  max {peak:5.2f} GiB")
 
 
 if __name__ == "__main__":

@@ -33,8 +33,6 @@ import polars as pl
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
 
-    from pairsieve.text.attributes import Attributes
-
 MODEL_FILE = Path(__file__).with_name("verifier.json")
 _CHUNK = 1 << 18
 
@@ -66,9 +64,10 @@ def load_model(path: Path = MODEL_FILE) -> PairModel:
     )
 
 
-def _word_weights(vocab: dict[str, int], words: csr_matrix) -> np.ndarray:
+def word_weights(vocab: dict[str, int], words: csr_matrix) -> np.ndarray:
     """(|vocab|, 4) float64 per word: 1, IDF over the catalog's distinct titles, 1 if the word
-    holds a digit, 1 if it is a bare number."""
+    holds a digit, 1 if it is a bare number. Computed once for the whole catalog: the IDF
+    needs every title, a chunk of pairs only its own."""
     n_titles = words.shape[0]
     df = np.bincount(words.indices, minlength=words.shape[1])
     out = np.zeros((words.shape[1], 4), dtype=np.float64)
@@ -117,18 +116,17 @@ def best_cosines(n: int, a: np.ndarray, b: np.ndarray, cosine: np.ndarray) -> np
 
 
 def pair_features(
-    attrs: list[Attributes], words: csr_matrix, vocab: dict[str, int], pairs: PairInputs
+    words: csr_matrix, weights: np.ndarray, has_codes: np.ndarray, pairs: PairInputs
 ) -> dict[str, np.ndarray]:
     """(m,) feature columns per candidate pair, by name (the names `verifier.json` uses).
 
-    ``words`` is the (n_nodes, |vocab|) binary matrix of the titles' word sets.
+    ``words`` is the (n_nodes, |vocab|) binary matrix of the titles' word sets, ``weights``
+    its columns' `word_weights`, ``has_codes`` (n_nodes,) whether a title has a model code.
     """
     a, b = pairs.a, pairs.b
-    weights = _word_weights(vocab, words)
     totals = words @ weights  # (n, 4): words, IDF mass, digit words, numbers per title
     shared = _shared_weights(words, a, b, weights)
     ta, tb = totals[a], totals[b]
-    has_codes = np.array([bool(x.codes or x.joined) for x in attrs], dtype=bool)
     # Matched in polars: a numpy string array of the signals is ~130 bytes a pair.
     given = pairs.signal
     signal = (given.cast(pl.String) if isinstance(given, pl.Series) else pl.Series(given)).str
@@ -147,7 +145,9 @@ def pair_features(
         "signal_code": signal.contains("code", literal=True).to_numpy(),
         "signal_minhash": signal.contains("minhash", literal=True).to_numpy(),
     }
-    best = pairs.best if pairs.best is not None else best_cosines(len(attrs), a, b, pairs.cosine)
+    best = pairs.best
+    if best is None:
+        best = best_cosines(words.shape[0], a, b, pairs.cosine)
     out["cosine"] = pairs.cosine
     out["cosine_gap"] = np.maximum(best[a], best[b]) - pairs.cosine
     return out

@@ -67,18 +67,25 @@ def _overlap(matrix: csr_matrix, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _intern(values: list) -> np.ndarray:
-    """(n,) int64 id per value, equal ids for equal values."""
+def _intern(values: list) -> tuple[np.ndarray, list]:
+    """(n,) int64 id per value, equal ids for equal values, and the distinct values by id."""
     ids: dict = {}
-    return np.fromiter((ids.setdefault(v, len(ids)) for v in values), np.int64, len(values))
+    found = np.fromiter((ids.setdefault(v, len(ids)) for v in values), np.int64, len(values))
+    return found, list(ids)
 
 
 class _AttributeColumns:
     """The attributes of every node encoded as integer columns and binary set matrices, so the
-    checks of `match.assess` and `match.jaccard` run per candidate pair in numpy."""
+    checks of `match.assess` and `match.jaccard` run per candidate pair in numpy.
+
+    It keeps no per-node Python object (the titles' distinct code sets are all `match` still
+    compares in Python): a mapped span's worker reads it whole, and a million parsed titles
+    are GBs where these columns are a few hundred MB.
+    """
 
     def __init__(self, attrs: list[text.Attributes]) -> None:
-        self.words, self.vocab = _set_matrix([a.words for a in attrs])
+        self.words, vocab = _set_matrix([a.words for a in attrs])
+        self.weights = verifier.word_weights(vocab, self.words)
         self.n_words = np.diff(self.words.indptr)
         self.models, _ = _set_matrix([a.models for a in attrs])
         self.numbers, _ = _set_matrix([a.numbers for a in attrs])
@@ -94,12 +101,10 @@ class _AttributeColumns:
             for unit, _ in a.quantities:
                 has_unit[node, unit_col[unit]] = True
         self.has_unit = has_unit
-        self.generations = _intern([a.generations for a in attrs])
-        self.variants = _intern([a.variants for a in attrs])
-        self.code_sets = [(a.codes, a.joined) for a in attrs]
-        self.code_ids = _intern(self.code_sets)
+        self.generations = _intern([a.generations for a in attrs])[0]
+        self.variants = _intern([a.variants for a in attrs])[0]
+        self.code_ids, self.code_sets = _intern([match.Codes(a.codes, a.joined) for a in attrs])
         self.has_codes = np.array([bool(a.codes or a.joined) for a in attrs], dtype=bool)
-        self.attrs = attrs
 
     def jaccard(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """`match.jaccard` per pair."""
@@ -116,8 +121,8 @@ class _AttributeColumns:
         both = np.flatnonzero(self.has_codes[a] & self.has_codes[b])
         if not len(both):
             return shared, conflicting
-        ia, ib = a[both], b[both]
-        keys = self.code_ids[ia] * (int(self.code_ids.max()) + 1) + self.code_ids[ib]
+        codes_a, codes_b = self.code_ids[a[both]], self.code_ids[b[both]]
+        keys = codes_a * (int(self.code_ids.max()) + 1) + codes_b
         order = np.argsort(keys)
         head = np.r_[True, keys[order][1:] != keys[order][:-1]]
         first = order[head]
@@ -130,9 +135,10 @@ class _AttributeColumns:
             out = np.empty((hi - lo, 2), dtype=bool)
             for start in range(lo, hi, _PAIR_CHUNK):
                 part = first[start : min(start + _PAIR_CHUNK, hi)]
+                sets = self.code_sets
                 results = (
-                    match.compare_codes(self.attrs[x], self.attrs[y])
-                    for x, y in zip(ia[part].tolist(), ib[part].tolist(), strict=True)
+                    match.compare_codes(sets[x], sets[y])
+                    for x, y in zip(codes_a[part].tolist(), codes_b[part].tolist(), strict=True)
                 )
                 flat = np.fromiter(chain.from_iterable(results), dtype=bool, count=2 * len(part))
                 out[start - lo : start - lo + len(part)] = flat.reshape(-1, 2)
@@ -246,26 +252,24 @@ def lifted_vetoes(cfg: ClusterConfig) -> frozenset[str]:
     return frozenset(cfg.lifted_vetoes)
 
 
-def _vetoes(
-    columns: _AttributeColumns,
-    nodes: pl.DataFrame,
-    a: np.ndarray,
-    b: np.ndarray,
-    lifted: frozenset[str] = frozenset(),
-) -> tuple[np.ndarray, np.ndarray]:
+def _brand_ids(nodes: pl.DataFrame) -> np.ndarray:
+    """(n,) int64 id of each node's brand, equal for equal brands, -1 for none."""
+    has_brand = (nodes[S.BRAND].str.len_bytes() > 0).fill_null(False).to_numpy()
+    return np.where(has_brand, _intern(nodes[S.BRAND].to_list())[0], -1)
+
+
+def _vetoes(context: Judging, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per pair (a[i], b[i]): the veto reason code (0 for none) and whether the titles share a
     model code. Low-information titles and different brands veto before the attributes do;
-    ``lifted`` reasons do not veto."""
-    informative = nodes[INFORMATIVE].to_numpy()
-    brand_ids = _intern(nodes[S.BRAND].to_list())
-    has_brand = (nodes[S.BRAND].str.len_bytes() > 0).fill_null(False).to_numpy()
+    the context's ``lifted`` reasons do not veto."""
+    informative, brands, lifted = context.informative, context.brands, context.lifted
     low = ~(informative[a] & informative[b]) & ("low_information" not in lifted)
-    brand = ~low & has_brand[a] & has_brand[b] & (brand_ids[a] != brand_ids[b])
+    brand = ~low & (brands[a] >= 0) & (brands[b] >= 0) & (brands[a] != brands[b])
     brand &= "brand_conflict" not in lifted
     rest = np.flatnonzero(~low & ~brand)
     reason = np.where(low, _R_LOW, np.where(brand, _R_BRAND, 0))
     shared = np.zeros(len(a), dtype=bool)
-    reason[rest], shared[rest] = columns.assess(a[rest], b[rest], lifted)
+    reason[rest], shared[rest] = context.columns.assess(a[rest], b[rest], lifted)
     return reason, shared
 
 
@@ -287,7 +291,8 @@ def judging(
         b = candidates["b"].to_numpy().astype(np.int64, copy=False)
         cosine = pair_scores(vectors, a, vectors, b).clip(-1, 1)
         best = verifier.best_cosines(len(attrs), a, b, cosine)
-    return Judging(cfg, nodes, columns, best, lifted_vetoes(cfg)), cosine
+    informative = nodes[INFORMATIVE].to_numpy()
+    return Judging(cfg, columns, informative, _brand_ids(nodes), best, lifted_vetoes(cfg)), cosine
 
 
 def verify(
@@ -340,8 +345,8 @@ class VerifyPlan:
     cosine: np.ndarray | None
 
     def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` (for workers in other processes: the parsed titles
-        are pickled) and hold it in this process, whose spans use it as it is."""
+        """Write the plan into ``folder`` (for workers in other processes: the encoded
+        attributes are pickled) and hold it in this process, whose spans use it as it is."""
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / "context.pickle", "wb") as out:
             pickle.dump(self.context, out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -399,12 +404,14 @@ def verify_mapped(
 
 @dataclass(frozen=True)
 class Judging:
-    """What every chunk of `verify` reads: the attributes encoded once, and each node's best
+    """What every chunk of `verify` reads: the attributes encoded once, whether each node's
+    title is informative (`INFORMATIVE`) and its brand (`_brand_ids`), and each node's best
     cosine over all candidates (a feature of the learned verifier)."""
 
     cfg: ClusterConfig
-    nodes: pl.DataFrame
     columns: _AttributeColumns
+    informative: np.ndarray
+    brands: np.ndarray
     best: np.ndarray | None
     lifted: frozenset[str]
 
@@ -415,11 +422,11 @@ def _verify_chunk(
     cosine: np.ndarray | None,
     features: dict[str, np.ndarray] | None,
 ) -> pl.DataFrame:
-    cfg, nodes, columns = context.cfg, context.nodes, context.columns
+    cfg, columns = context.cfg, context.columns
     a = candidates["a"].to_numpy().astype(np.int64, copy=False)
     b = candidates["b"].to_numpy().astype(np.int64, copy=False)
     jac = columns.jaccard(a, b)
-    reason, shared = _vetoes(columns, nodes, a, b, context.lifted)
+    reason, shared = _vetoes(context, a, b)
     vetoed = reason > 0
     names = columns.reason_names()
     reasons = pl.Series(S.VETO_REASON, names, dtype=pl.String).gather(reason).cast(VETO_TYPE)
@@ -469,5 +476,6 @@ def _learned_probability(
 ) -> np.ndarray:
     """(m,) float64 P(same product) of each pair by the shipped `verifier` model; ``features``
     is filled with the pair features."""
-    features.update(verifier.pair_features(columns.attrs, columns.words, columns.vocab, pairs))
+    found = verifier.pair_features(columns.words, columns.weights, columns.has_codes, pairs)
+    features.update(found)
     return verifier.load_model().probability(features)

@@ -8,7 +8,17 @@ the blocking keys under which compatible codes meet as candidates.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from pairsieve.text.attributes import Attributes
+
+
+class Codes(NamedTuple):
+    """A title's model codes, all `compare_codes` reads of it (an `Attributes` has the same two
+    fields): what verification ships to its workers for each distinct set of codes."""
+
+    codes: frozenset[str]
+    joined: frozenset[str]
 
 
 def code_core(code: str) -> str:
@@ -53,7 +63,7 @@ def code_keys(code: str) -> set[str]:
     return keys
 
 
-def compare_codes(a: Attributes, b: Attributes) -> tuple[bool, bool]:
+def compare_codes(a: Attributes | Codes, b: Attributes | Codes) -> tuple[bool, bool]:
     """(shared, conflicting) model codes of two titles.
 
     Shared: some pair of codes (space-joined ones included) is compatible (`codes_compatible`).

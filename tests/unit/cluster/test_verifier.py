@@ -42,7 +42,7 @@ def _features(pairs: list[tuple[int, int]], cosine: list[float]) -> dict[str, np
         ["minhash+embedding"] * len(pairs),
         np.asarray(cosine),
     )
-    return verifier.pair_features(attrs, columns.words, columns.vocab, inputs)
+    return verifier.pair_features(columns.words, columns.weights, columns.has_codes, inputs)
 
 
 def test_features_match_a_brute_force_count() -> None:
@@ -145,7 +145,7 @@ rng = np.random.default_rng(0)
 a, b = rng.integers(0, 300, 2000), rng.integers(0, 300, 2000)
 pairs = verifier.PairInputs(a, b, columns.jaccard(a, b), np.zeros(2000, bool), ["minhash"] * 2000,
                             rng.random(2000))
-features = verifier.pair_features(columns.attrs, columns.words, columns.vocab, pairs)
+features = verifier.pair_features(columns.words, columns.weights, columns.has_codes, pairs)
 print(hashlib.sha256(b"".join(np.asarray(features[k], np.float64).tobytes()
                               for k in sorted(features))).hexdigest())
 """
