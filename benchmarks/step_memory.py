@@ -29,7 +29,6 @@ import contextlib
 import functools
 import importlib
 import multiprocessing
-import resource
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +39,6 @@ import psutil
 
 from pairsieve.config import load_config, parse_override
 from pairsieve.core import partitions, progress
-from pairsieve.orchestration import steps
 
 INTERVAL_S = 0.05
 EARLIER = {"cluster": ("ingest",), "mine": ("ingest", "cluster")}
@@ -131,9 +129,13 @@ def mark_function(timeline: Timeline, target: str) -> None:
 
 
 def _with_peak(fn, plan, span, cfg):
-    """``fn``'s result and this process's peak resident set so far, in GiB."""
+    """``fn``'s result and this process's peak resident set so far, in GiB: its memory's
+    high-water mark (VmHWM), not getrusage's, which a spawned child inherits from the parent
+    it was forked from before its exec."""
     result = fn(plan, span, cfg)
-    return result, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    status = Path("/proc/self/status").read_text().splitlines()
+    kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    return result, kib / 2**20
 
 
 class ChildMap:
@@ -168,6 +170,10 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--worker", action="store_true", help="map spans in a child process")
     args = parser.parse_args()
+    # Here, not at the top: a --worker child imports this module, and should import no more
+    # than a worker would (the span's own modules), not the whole pipeline.
+    from pairsieve.orchestration import steps
+
     overrides = dict(parse_override(item) for item in args.set)
     cfg = load_config(None, {"cache_dir": str(args.cache), **overrides})
     args.out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,8 @@ cells are dropped while a list is walked.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import numpy as np
 import polars as pl
 from numba import njit
@@ -248,6 +250,75 @@ def merge_loop(  # noqa: PLR0913 - the cells' arrays and the two knobs
         count = _push_links(x, cells, lists, (size, link_threshold, unjudged_weight), heap, count)
 
 
+@dataclass(frozen=True)
+class Cells:
+    """What the merge loop reads of the judged pairs: one cell per node pair that can matter
+    (`_relevant_pairs`), lo < hi, with its summed accepted score ``weight`` (weighted by
+    listings per node), ``judged`` listing pairs and ``vetoed`` flag, and the component of the
+    accepted graph its nodes are in. A component's merges read its own cells alone."""
+
+    lo: np.ndarray  # int64
+    hi: np.ndarray  # int64
+    weight: np.ndarray  # float64
+    judged: np.ndarray  # float64
+    vetoed: np.ndarray  # bool
+    component: np.ndarray  # int64
+
+    def take(self, rows: np.ndarray | slice) -> Cells:
+        return Cells(*(getattr(self, field.name)[rows] for field in fields(self)))
+
+
+def link_cells(counts: np.ndarray, scored: pl.DataFrame, unjudged_weight: float) -> Cells:
+    """The `Cells` of the judged pairs over nodes of ``counts`` listings each."""
+    n = len(counts)
+    relevant, component = _relevant_pairs(n, scored, keep_rejected=unjudged_weight < 1)
+    xs = relevant["a"].to_numpy().astype(np.int64, copy=False)
+    ys = relevant["b"].to_numpy().astype(np.int64, copy=False)
+    ok = relevant[S.ACCEPTED].to_numpy()
+    vetoed = relevant[S.VETO_REASON].to_numpy().astype(bool)
+    judged = (counts[xs] * counts[ys]).astype(np.float64)
+    weights = np.where(ok, relevant["score"].to_numpy() * counts[xs] * counts[ys], 0.0)
+    lo, hi, weights, judged, vetoed = _one_cell_per_pair(xs, ys, weights, judged, vetoed)
+    return Cells(lo, hi, weights, judged, vetoed, component[lo].astype(np.int64))
+
+
+def merge_cells(
+    counts: np.ndarray, cells: Cells, link_threshold: float, unjudged_weight: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes of ``cells`` (whole components) and each one's cluster label (its smallest
+    member node), by constrained average linkage (see `agglomerate`).
+
+    The nodes are renumbered in their order, so ties break as they would among all nodes and
+    a component's labels do not depend on which others are merged beside it.
+    """
+    nodes = np.unique(np.concatenate([cells.lo, cells.hi]))
+    lo, hi = np.searchsorted(nodes, cells.lo), np.searchsorted(nodes, cells.hi)
+    size = counts[nodes].astype(np.float64)
+    # A component of two nodes holds exactly one cell and nothing else can touch it: it merges
+    # iff that cell is unvetoed and its linkage reaches the threshold, as in the loop.
+    _, component_at = np.unique(cells.component, return_inverse=True)
+    component_nodes = np.zeros(len(nodes), dtype=np.int64)
+    component_nodes[lo] = component_at
+    component_nodes[hi] = component_at
+    two = np.bincount(component_nodes)[component_at] == 2
+    mean = _linkage.py_func(cells.weight, cells.judged, size[lo] * size[hi], unjudged_weight)
+    merges = two & ~cells.vetoed & (mean >= link_threshold)
+    parent = np.arange(len(nodes), dtype=np.int64)
+    parent[hi[merges]] = lo[merges]
+    rest = ~two
+    merge_loop(
+        parent,
+        size,
+        np.stack([lo[rest], hi[rest]], axis=1),
+        cells.weight[rest],
+        cells.vetoed[rest],
+        cells.judged[rest],
+        float(link_threshold),
+        float(unjudged_weight),
+    )
+    return nodes, nodes[_resolve(parent)]
+
+
 def agglomerate(
     counts: np.ndarray, scored: pl.DataFrame, link_threshold: float, unjudged_weight: float = 1.0
 ) -> np.ndarray:
@@ -259,38 +330,14 @@ def agglomerate(
     listings were not all compared still holds together); a vetoed cross pair blocks the merge
     for good. Clusters merge in descending linkage, ties by node index, so the result is
     deterministic and independent of input order. The merge loop itself is `merge_loop`
-    (compiled).
+    (compiled); `cluster.link_groups` runs the same merges per group of components.
     """
-    n = len(counts)
-    relevant, component = _relevant_pairs(n, scored, keep_rejected=unjudged_weight < 1)
-    xs = relevant["a"].to_numpy().astype(np.int64, copy=False)
-    ys = relevant["b"].to_numpy().astype(np.int64, copy=False)
-    ok = relevant[S.ACCEPTED].to_numpy()
-    vetoed = relevant[S.VETO_REASON].to_numpy().astype(bool)
-    judged = (counts[xs] * counts[ys]).astype(np.float64)
-    weights = np.where(ok, relevant["score"].to_numpy() * counts[xs] * counts[ys], 0.0)
-    lo, hi, weights, judged, vetoed = _one_cell_per_pair(xs, ys, weights, judged, vetoed)
-    size = counts.astype(np.float64)
-    # A component of two nodes holds exactly one cell and nothing else can touch it: it merges
-    # iff that cell is unvetoed and its linkage reaches the threshold, as in the loop.
-    two = np.bincount(component, minlength=n)[component[lo]] == 2
-    mean = _linkage.py_func(weights, judged, size[lo] * size[hi], unjudged_weight)  # columnwise
-    merges = two & ~vetoed & (mean >= link_threshold)
-    parent = np.arange(n, dtype=np.int64)
-    parent[hi[merges]] = lo[merges]
-    rest = ~two
-    ends = np.stack([lo[rest], hi[rest]], axis=1)
-    merge_loop(
-        parent,
-        size,
-        ends,
-        weights[rest],
-        vetoed[rest],
-        judged[rest],
-        float(link_threshold),
-        float(unjudged_weight),
+    labels = np.arange(len(counts), dtype=np.int64)
+    nodes, found = merge_cells(
+        counts, link_cells(counts, scored, unjudged_weight), link_threshold, unjudged_weight
     )
-    return _resolve(parent)
+    labels[nodes] = found
+    return labels
 
 
 def _one_cell_per_pair(  # noqa: PLR0913 - the columns of the pairs

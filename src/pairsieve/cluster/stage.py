@@ -16,6 +16,8 @@ pairwise F1 0.001-0.10, because one bridge pair chains "iPhone 8 64GB" to "iPhon
 4. Accepted pairs are merged by constrained average linkage (`agglomerate`): two clusters merge
    only when the mean score over *all* their cross pairs reaches `link_threshold` and no cross
    pair is vetoed, in descending linkage order. A single bridge pair cannot chain two products.
+   Clusters never merge across components of the accepted graph, so a build links groups of
+   components as separate tasks (`link_groups`).
 5. A product id is ``"p" + hex_digest(smallest member listing_id)``: a function of the members
    only, so shuffled input yields byte-identical output.
 
@@ -41,6 +43,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster import candidates, labelled, lineage, linkage, pairs_file
 from pairsieve.cluster.calibration import load_calibration
+from pairsieve.cluster.link_groups import agglomerate_mapped
 from pairsieve.cluster.neighbours import Mapper
 from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.cluster.verify import (
@@ -312,7 +315,9 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     as candidates too (those touching a changed title, with ``previous``). ``label_files``
     tune the vetoes and thresholds to the answers in them (`cluster.labelled`); every pair is
     then judged afresh, as a lifted veto changes pairs ``previous`` settled. ``mapper`` maps
-    the kNN search over partitions of titles (`cluster.neighbours`)."""
+    the kNN search over partitions of titles (`cluster.neighbours`), the verification over
+    spans of candidates (`cluster.verify`) and the linkage over groups of components
+    (`cluster.link_groups`)."""
     c = cfg.cluster
     started = time.perf_counter()
     tuning = bool(label_files)
@@ -338,7 +343,10 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     if not tuning:
         scored = judged.scored.collect()
     timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
-    labels = linkage.agglomerate(counts, scored, link, unjudged)
+    if mapper is None:
+        labels = linkage.agglomerate(counts, scored, link, unjudged)
+    else:
+        labels, details["linkage"] = agglomerate_mapped(counts, scored, link, unjudged, mapper, cfg)
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
     details.update(_judged(scored, judged.by_signal))
     details["timings"] = {k: round(v, 3) for k, v in timings.items()}

@@ -14,6 +14,7 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.core import parallel as forked
 from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
+from tests.unit.cluster.graphs import random_graph
 
 TITLES = {
     # one product, three sellers
@@ -371,29 +372,7 @@ def test_compiled_merge_loop_equals_the_python_loop(seed: int) -> None:
     """`agglomerate` (numpy + the numba `merge_loop`) labels random graphs exactly as the plain
     Python loop: tied scores, listing counts, vetoes, repeated and reversed pairs, two-node
     components."""
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 60))
-    m = int(rng.integers(1, 4 * n))
-    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
-    keep = a != b
-    a, b = a[keep], b[keep]
-    if seed % 2:  # distinct pairs, as `verify` produces them
-        key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))
-        a, b = key // n, key % n
-    veto = rng.random(len(a)) < 0.15
-    accepted = ~veto & (rng.random(len(a)) < 0.7)
-    scored = pl.DataFrame(
-        {
-            "a": a.astype(np.int64),
-            "b": b.astype(np.int64),
-            "score": rng.choice([0.5, 2 / 3, 0.75, 0.8, 0.9, 1.0], len(a)),
-            S.ACCEPTED: accepted,
-            S.VETO_REASON: pl.Series(
-                [("bytes_conflict" if v else None) for v in veto], dtype=pl.String
-            ),
-        }
-    )
-    counts = rng.integers(1, 4, n).astype(np.uint32)
+    counts, scored = random_graph(seed)
     for threshold in (0.3, 0.5, 0.8):
         for unjudged in (1.0, 0.5, 0.0):
             want = _reference_agglomerate(counts, scored, threshold, unjudged)
