@@ -17,9 +17,10 @@ from tests.system.test_crash import build_command, make_fixture
 # Long steps a build on a cold cache goes through, each with its unit.
 STEPS = {
     "embedding texts": "texts",
-    "computing MinHash signatures": "texts",
+    "computing MinHash signatures": "partitions",
     "finding nearest titles": "partitions",
     "verifying candidate pairs": "partitions",
+    "linking accepted pairs": "partitions",
     "mining hard negatives": "partitions",
     "writing train shards": "rows",
 }
