@@ -18,6 +18,8 @@ from tests.system.test_crash import build_command, make_fixture
 STEPS = {
     "embedding texts": "texts",
     "computing MinHash signatures": "partitions",
+    "banding MinHash signatures": "partitions",
+    "pairing LSH buckets": "partitions",
     "finding nearest titles": "partitions",
     "verifying candidate pairs": "partitions",
     "linking accepted pairs": "partitions",

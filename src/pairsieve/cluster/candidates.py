@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.cluster import lsh
 from pairsieve.cluster.neighbours import Mapper, knn_pairs
 from pairsieve.cluster.reuse import touching
 from pairsieve.config import PairsieveConfig
-from pairsieve.core import io, partitions
-from pairsieve.core.partitions import Span
 from pairsieve.errors import PairsieveError
 from pairsieve.text import attributes as text
 from pairsieve.text import match
@@ -43,8 +41,7 @@ SIGNAL_TYPE = pl.Enum(
 NODE = "_node"  # a listing's node column in the clustering's listings frame
 
 
-_SIGNATURE_PARTITION = 250_000  # titles per signature cache part, and per mapped span
-_TEXT = "text"
+SIGNATURES = "computing MinHash signatures"
 
 
 def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
@@ -95,26 +92,6 @@ def code_block_pairs(
     return minhash.distinct_pairs(np.concatenate(found)), int(np.sum(sizes > max_block))
 
 
-SIGNATURE_STEP = "computing MinHash signatures"
-
-
-def _signature_encoder(cfg: PairsieveConfig) -> minhash.SignatureEncoder:
-    c = cfg.cluster
-    return minhash.SignatureEncoder(c.shingle_kind, c.shingle_size, c.num_perm, cfg.seed)
-
-
-def signature_span(plan: str, span: Span, cfg: PairsieveConfig) -> int:
-    """A mapped span of the texts the signature cache lacks (the plan file): their signatures
-    computed into the cache, its only output; how many it computed."""
-    from pairsieve.vectors.embed import embed_texts
-
-    lo, hi = span
-    texts = pl.scan_parquet(plan).slice(lo, hi - lo).collect()[_TEXT].to_list()
-    encoder = _signature_encoder(cfg)
-    cache = minhash.SignatureCache(cfg.cache_dir, encoder.model_key)
-    return embed_texts(texts, encoder, cache, _SIGNATURE_PARTITION, step=None)[1].encoded
-
-
 def minhash_pairs(
     cfg: PairsieveConfig,
     titles: pl.Series,
@@ -123,26 +100,18 @@ def minhash_pairs(
 ) -> tuple[np.ndarray, int, int]:
     """Node pairs colliding in at least one LSH band of their MinHash signatures (a band bucket
     holding a ``wanted`` node, when given), buckets skipped, and signatures computed: those of
-    texts seen before come from the cache in ``cfg.cache_dir``. Given a ``mapper`` and a
-    cache, the missing signatures are computed as a map over spans of the texts the cache
-    lacks (`signature_span`) before they are read back."""
-    from pairsieve.vectors.embed import embed_texts, plan_partitions
+    texts seen before come from the cache in ``cfg.cache_dir``. Given a ``mapper``, the
+    signatures and the banding are maps on its runner (`cluster.lsh`)."""
+    from pairsieve.vectors.embed import embed_texts
 
-    c, encoder = cfg.cluster, _signature_encoder(cfg)
+    if mapper is not None and cfg.cache_dir:
+        return lsh.minhash_pairs_mapped(cfg, titles, wanted, mapper)
+    c, encoder = cfg.cluster, lsh.signature_encoder(cfg)
     cache = minhash.SignatureCache(cfg.cache_dir, encoder.model_key) if cfg.cache_dir else None
-    step, mapped = SIGNATURE_STEP, 0
-    if mapper is not None and cache is not None:
-        missing = list(chain.from_iterable(plan_partitions(titles, cache, _SIGNATURE_PARTITION)))
-        if missing:
-            plan = mapper.folder / "signature-plan.parquet"
-            io.write_parquet(pl.DataFrame({_TEXT: missing}, schema={_TEXT: pl.String}), plan)
-            spans = partitions.spans(len(missing), _SIGNATURE_PARTITION)
-            mapped = sum(mapper.map_spans(signature_span, str(plan), spans, cfg, step))
-        step = None  # every signature is cached now: reading them back is no step of its own
-    sig, stats = embed_texts(titles.to_list(), encoder, cache, _SIGNATURE_PARTITION, step)
+    sig, stats = embed_texts(titles.to_list(), encoder, cache, lsh.SIGNATURE_PARTITION, SIGNATURES)
     bands, rows = minhash.lsh_params(c.lsh_threshold, c.num_perm)
     pairs, skipped = minhash.lsh_pairs(sig, bands, rows, c.max_bucket, wanted)
-    return pairs, skipped, mapped + stats.encoded
+    return pairs, skipped, stats.encoded
 
 
 _SEARCH_CHUNK = 1 << 22  # a signal's codes looked up at a time: a bounded index array

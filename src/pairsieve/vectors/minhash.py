@@ -147,7 +147,7 @@ def lsh_params(threshold: float, num_perm: int) -> tuple[int, int]:
     return best
 
 
-def _band_keys(sig: np.ndarray) -> np.ndarray:
+def band_keys(sig: np.ndarray) -> np.ndarray:
     """(n,) uint64 key of each row of a (n, r) uint32 band (64-bit mix; collisions ~ n^2 / 2^64)."""
     key = np.full(len(sig), np.uint64(0xCBF29CE484222325), dtype=np.uint64)
     for col in sig.T.astype(np.uint64):
@@ -197,7 +197,7 @@ def lsh_pairs(
     holding a ``wanted`` row, when given)."""
     found, skipped = [], 0
     for band in range(bands):
-        keys = _band_keys(sig[:, band * rows : (band + 1) * rows])
+        keys = band_keys(sig[:, band * rows : (band + 1) * rows])
         pairs, n_skipped = pairs_within_groups(keys, max_bucket, wanted)
         found.append(pairs)
         skipped += n_skipped
