@@ -18,7 +18,7 @@ from prefect.types.entrypoint import EntrypointType
 
 from pairsieve.config import PairsieveConfig, RunnerConfig, build_config
 from pairsieve.core import progress
-from pairsieve.core.contract import StageResult
+from pairsieve.core.contract import StageResult, code_version
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.memory import watch
 from pairsieve.core.partitions import Span
@@ -48,6 +48,29 @@ _TASK_OPTIONS: dict[str, Any] = {
 }
 
 
+# The code this process loaded: hashed (and kept, `code_version` is cached) when it first
+# imports the flows, which a worker does to run its first task. A Dask or Ray worker outlives
+# upgrades: one started before the package changed runs the old code on the new plans, which
+# fails in ways that do not say why.
+_LOADED_CODE = code_version()
+
+
+def _same_code(code: str) -> None:
+    """Stop a task whose process loaded other code than the flow that mapped it.
+
+    Raises:
+        PairsieveError: ``code_mismatch``, naming both versions (never retried: it fails the
+            same on this worker again).
+    """
+    if code != _LOADED_CODE:
+        raise PairsieveError(
+            "code_mismatch",
+            f"this worker loaded pairsieve code {_LOADED_CODE}, the build runs {code}: restart "
+            "the workers so that they load the build's code",
+            knob="runner.address",
+        )
+
+
 @task(name="ingest", **_TASK_OPTIONS)
 def ingest_task(cfg: PairsieveConfig, clicks: list[str], catalog: list[str], run_dir: Path):
     return steps.ingest_step(cfg, clicks, catalog, run_dir)
@@ -59,7 +82,8 @@ def plan_embedding_task(cfg: PairsieveConfig, run_dir: Path) -> list[str]:
 
 
 @task(name="embed-partition", **_TASK_OPTIONS)
-def embed_partition_task(path: str, cfg: PairsieveConfig) -> EmbedStats:
+def embed_partition_task(path: str, cfg: PairsieveConfig, code: str) -> EmbedStats:
+    _same_code(code)
     return embed_partition(path, cfg)
 
 
@@ -83,7 +107,10 @@ def mine_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> Stag
 
 
 @task(name="partition", **_TASK_OPTIONS)
-def partition_task(fn: Callable[[str, Span, Any], Any], plan: str, span: Span, cfg: Any) -> Any:
+def partition_task(
+    fn: Callable[[str, Span, Any], Any], plan: str, span: Span, cfg: Any, code: str
+) -> Any:
+    _same_code(code)
     return fn(plan, span, cfg)
 
 
@@ -160,7 +187,7 @@ def embed_partitions(partitions: list[str], cfg: PairsieveConfig) -> list[EmbedS
     path). Its parameters are paths: Prefect's API refuses flow-run parameters over 512 KB.
     Progress counts texts as each partition finishes, in whatever order they do."""
     sizes = steps.partition_sizes(partitions)
-    futures = embed_partition_task.map(partitions, unmapped(cfg))
+    futures = embed_partition_task.map(partitions, unmapped(cfg), unmapped(_LOADED_CODE))
     return _counting(futures, sizes, "embedding texts", "texts")
 
 
@@ -184,7 +211,7 @@ def map_partitions(
     on the configured task runner; the tasks are named by ``step`` in the UI); progress counts
     partitions as they end."""
     tasks = partition_task.with_options(name=step, task_run_name=f"{step} {{span}}")
-    futures = tasks.map(unmapped(fn), unmapped(plan), spans, unmapped(cfg))
+    futures = tasks.map(unmapped(fn), unmapped(plan), spans, unmapped(cfg), unmapped(_LOADED_CODE))
     return _counting(futures, [1] * len(spans), step, "partitions")
 
 
