@@ -500,59 +500,148 @@ def _kill_a_worker_mid_task(client, task_prefix: str, killed: list[int]) -> None
         time.sleep(0.02)
 
 
-@pytest.mark.slow
-def test_a_dask_build_that_loses_a_worker_mid_stage_keeps_the_threads_bytes(
-    prefect_harness, tmp_path, product_ids
-):
-    """A real local Dask cluster (two worker processes): one worker is killed while it embeds a
-    partition; Dask reruns the task on a live worker, and the build's shards, products and
-    negatives are the thread runner's bytes."""
-    import threading
-
+@pytest.fixture(scope="module")
+def dask_cluster():
+    """A real local Dask cluster: two worker processes of one thread each, and a client."""
     from distributed import Client, LocalCluster
 
-    from pairsieve.orchestration.flows import build
-
-    data = _slice(tmp_path / "data", product_ids[60:80])
-    hashes, stages = {}, {}
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
         Client(cluster) as client,
     ):
-        killed: list[int] = []
-        for runner in ("threads", "dask"):
-            cfg = _cfg(
-                tmp_path / f"cache-{runner}",
-                **{
-                    "runner.task_runner": runner,
-                    "runner.address": cluster.scheduler_address if runner == "dask" else None,
-                    "embed.partition_size": 100,
-                },
-            )
-            killer = threading.Thread(
-                target=_kill_a_worker_mid_task, args=(client, "embed_partition", killed)
-            )
-            if runner == "dask":
-                killer.start()
-            build(
-                clicks=str(data / "clicks.parquet"),
-                catalog=str(data / "catalog.parquet"),
-                out=str(tmp_path / runner),
-                config=cfg.model_dump(mode="json"),
-            )
-            if runner == "dask":
-                killer.join()
-            layout = RunLayout(tmp_path / runner)
-            hashes[runner] = _shard_hashes(tmp_path / runner) | {
-                name: io.sha256_file(path)
-                for name, path in (("products", layout.products), ("negatives", layout.negatives))
-            }
-            stages[runner] = json.loads((layout.stage_dir("cluster") / S.STAGE_JSON).read_text())
-        assert len(killed) == 1 and killed[0] not in client.run(os.getpid).values()
+        yield cluster, client
+
+
+def _runner_cfg(cache_dir: Path, runner: str, cluster, **overrides):
+    return _cfg(
+        cache_dir,
+        **{
+            "runner.task_runner": runner,
+            "runner.address": cluster.scheduler_address if runner == "dask" else None,
+            "embed.partition_size": 100,
+            **overrides,
+        },
+    )
+
+
+def _output_hashes(build: Path) -> dict[str, str]:
+    """sha256 of the build's products, id changes, negatives (kept and dropped) and shards."""
+    layout = RunLayout(build)
+    files = {
+        "products": layout.products,
+        "id_changes": layout.id_changes,
+        "negatives": layout.negatives,
+        "negatives_dropped": layout.negatives_dropped,
+    }
+    return _shard_hashes(build) | {name: io.sha256_file(path) for name, path in files.items()}
+
+
+@pytest.mark.slow
+def test_a_dask_build_that_loses_a_worker_mid_stage_keeps_the_threads_bytes(
+    prefect_harness, tmp_path, product_ids, dask_cluster
+):
+    """One worker of the cluster is killed while it embeds a partition; Dask reruns the task on
+    a live worker, and the build's shards, products and negatives are the thread runner's
+    bytes."""
+    import threading
+
+    from pairsieve.orchestration.flows import build
+
+    cluster, client = dask_cluster
+    data = _slice(tmp_path / "data", product_ids[60:80])
+    hashes, stages = {}, {}
+    killed: list[int] = []
+    for runner in ("threads", "dask"):
+        cfg = _runner_cfg(tmp_path / f"cache-{runner}", runner, cluster)
+        killer = threading.Thread(
+            target=_kill_a_worker_mid_task, args=(client, "embed_partition", killed)
+        )
+        if runner == "dask":
+            killer.start()
+        build(
+            clicks=str(data / "clicks.parquet"),
+            catalog=str(data / "catalog.parquet"),
+            out=str(tmp_path / runner),
+            config=cfg.model_dump(mode="json"),
+        )
+        if runner == "dask":
+            killer.join()
+        hashes[runner] = _output_hashes(tmp_path / runner)
+        stage_dir = RunLayout(tmp_path / runner).stage_dir("cluster")
+        stages[runner] = json.loads((stage_dir / S.STAGE_JSON).read_text())
+    assert len(killed) == 1 and killed[0] not in client.run(os.getpid).values()
     assert hashes["threads"] == hashes["dask"]
     # Every partition's vectors reached the cache, the lost one's too: clustering embedded none.
     assert stages["dask"]["details"]["embedded"] == 0
     assert stages["dask"]["details"]["embedding_cache_hits"] > 0
+
+
+@pytest.mark.slow
+def test_a_day_two_build_on_dask_reuses_day_one_and_keeps_the_threads_bytes(
+    prefect_harness, tmp_path, product_ids, dask_cluster
+):
+    """Day 2 through the flow, on threads and on the Dask workers, from the same day 1: new
+    products and queries that gained clicks. Both reuse day 1's pairs and negatives where
+    nothing changed, refilter the queries that gained clicks, and write the same product ids,
+    id changes, negatives and shards."""
+    from pairsieve.orchestration.flows import build
+
+    cluster, _ = dask_cluster
+    chosen = product_ids[80:92]
+    day1_data = _slice(tmp_path / "d1", chosen[:10])
+    clicks = pl.read_parquet(day1_data / "clicks.parquet")
+    day2_data = _slice(tmp_path / "d2", chosen)
+    # Three queries click another listing of a product they clicked before.
+    catalog = pl.read_parquet(day2_data / "catalog.parquet").select("listing_id", TRUE_PRODUCT_ID)
+    seen = clicks.join(catalog, on="listing_id").unique(["query", "listing_id"])
+    other = seen.join(catalog, on=TRUE_PRODUCT_ID, suffix="_other").filter(
+        pl.col("listing_id_other") != pl.col("listing_id")
+    )
+    gained = (
+        other.join(
+            seen,
+            left_on=["query", "listing_id_other"],
+            right_on=["query", "listing_id"],
+            how="anti",
+        )
+        .sort("query", "listing_id_other")
+        .unique("query", keep="first", maintain_order=True)
+        .head(3)
+        .select("query", pl.col("listing_id_other").alias("listing_id"), *clicks.columns[2:])
+    )
+    assert gained.height == 3
+    day2_clicks = pl.read_parquet(day2_data / "clicks.parquet")
+    pl.concat([day2_clicks, gained.select(day2_clicks.columns)]).write_parquet(
+        day2_data / "clicks.parquet"
+    )
+
+    def run(data: Path, out: str, runner: str, previous: str | None = None):
+        # Mining asks for more negatives than a query finds: every search is exhausted, so a
+        # query that only gained clicks is settled from day 1's candidates (`mine.reuse`).
+        many = {"mine.num_negatives": 50, "shards.num_negatives": 2}
+        cfg = _runner_cfg(tmp_path / f"cache-{out}", runner, cluster, **many)
+        return build(
+            clicks=str(data / "clicks.parquet"),
+            catalog=str(data / "catalog.parquet"),
+            out=str(tmp_path / out),
+            config=cfg.model_dump(mode="json"),
+            previous=previous,
+        )
+
+    run(day1_data, "day1", "threads")
+    stages = {
+        runner: run(day2_data, runner, runner, str(tmp_path / "day1"))
+        for runner in ("threads", "dask")
+    }
+    assert _output_hashes(tmp_path / "threads") == _output_hashes(tmp_path / "dask")
+    for runner, result in stages.items():
+        cluster_details, mine_details = (result[s]["details"] for s in ("cluster", "mine"))
+        assert cluster_details["incremental"] == {"reused": True, "why_not": None}, runner
+        assert cluster_details["reused_pairs"] > 0
+        incremental = mine_details["incremental"]
+        assert incremental["queries_reused"] > 0 and incremental["queries_mined"] > 0
+        assert incremental["queries_refiltered"] >= gained.height
+        assert incremental["refilter_partitions"] == 1
 
 
 def test_a_cold_build_prints_no_other_packages_log_lines(

@@ -1,22 +1,30 @@
 """Day-2 mining without a search: queries that only gained clicks or were regrouped are filtered
-again from the candidates the previous build retrieved for them (`refilter`), and reused queries'
-rows are merged in from the previous files as the new ones are written (`with_reused`)."""
+again from the candidates the previous build retrieved for them (`refilter`, mapped over
+partitions of those queries by `refilter_mapped`), and reused queries' rows are merged in from the
+previous files as the new ones are written (`with_reused`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
+from pairsieve.core import io
+from pairsieve.core import partitions as parts
+from pairsieve.core.partitions import MapSpans, Span
 from pairsieve.mine.deepen import COUNT, candidate_counts
 from pairsieve.mine.filters import (
     filter_candidates,
+    reason_counts,
     score_ceilings,
     short_queries,
 )
 from pairsieve.mine.reuse import PreviousMining
+
+STEP = "refiltering day-2 queries"
 
 
 @dataclass(frozen=True)
@@ -26,7 +34,8 @@ class Refiltered:
     queries: pl.Series
     counts: pl.DataFrame
     kept: pl.DataFrame
-    dropped: pl.DataFrame
+    dropped: pl.DataFrame | pl.LazyFrame
+    reasons: dict[str, int]
 
 
 def refilter(
@@ -77,12 +86,137 @@ def refilter(
         | (names.is_in(exhausted) & names.is_in(short))
     )
     done = pl.col(S.QUERY).is_in(settled.implode())
+    dropped = dropped.filter(done)
     return Refiltered(
         settled,
         candidate_counts(candidates.filter(done)),
         kept.filter(done),
-        dropped.filter(done),
+        dropped,
+        reason_counts(dropped),
     )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every partition reads: the sorted queries to refilter with their positives, the
+    previous build's rows and clicks of those queries alone, and (listing_id, product_id,
+    title_norm) for the filters. The tables a partition filters to its queries are scans, so it
+    reads its own rows, not every refiltered query's."""
+
+    queries: pl.Series
+    positives: pl.LazyFrame
+    kept: pl.LazyFrame
+    dropped: pl.LazyFrame
+    pairs: pl.LazyFrame
+    products: pl.DataFrame
+
+    @staticmethod
+    def write(  # noqa: PLR0913 - the plan's parts and where it goes
+        folder: Path,
+        state: PreviousMining,
+        queries: pl.Series,
+        positives: pl.DataFrame,
+        products: pl.DataFrame,
+    ) -> Path:
+        """Write the plan of refiltering ``queries`` into ``folder``; the previous build's
+        dropped rows (tens of millions at 10^6 listings) are streamed, never held."""
+        folder.mkdir(parents=True, exist_ok=True)
+        names = pl.DataFrame({S.QUERY: queries.sort()}, schema={S.QUERY: pl.String})
+        chosen = pl.col(S.QUERY).is_in(names[S.QUERY].implode())
+        kept, dropped = state.lazy_rows_of(names[S.QUERY])
+        io.write_parquet(names, folder / "queries.parquet")
+        io.write_parquet(positives.filter(chosen), folder / "positives.parquet")
+        io.write_parquet(kept, folder / "kept.parquet")
+        io.write_parquet(dropped, folder / "dropped.parquet")
+        io.write_parquet(state.pairs.filter(chosen), folder / "pairs.parquet")
+        io.write_parquet(products, folder / "products.parquet")
+        return folder
+
+    @staticmethod
+    def read(folder: Path) -> _Plan:
+        return _Plan(
+            pl.read_parquet(folder / "queries.parquet")[S.QUERY],
+            *(pl.scan_parquet(folder / f"{name}.parquet") for name in _SCANNED),
+            pl.read_parquet(folder / "products.parquet"),
+        )
+
+
+_SCANNED = ("positives", "kept", "dropped", "pairs")
+
+
+@dataclass(frozen=True)
+class _SpanFiles:
+    """What a partition hands back: its files, named by its first query row, and its drop
+    reasons."""
+
+    settled: str
+    counts: str
+    kept: str
+    dropped: str
+    reasons: dict[str, int]
+
+
+def refilter_partition(plan: str, span: Span, cfg: PairsieveConfig) -> _SpanFiles:
+    """`refilter` the queries at rows ``span`` of the plan in the folder ``plan``; the rows go
+    to files in the plan's parent folder (a rerun overwrites them)."""
+    loaded = parts.held(plan, _Plan.read)
+    names = loaded.queries[span[0] : span[1]]
+    chosen = pl.col(S.QUERY).is_in(names.implode())
+    # The previous state of these queries alone: `refilter` reads no listings.
+    state = PreviousMining(
+        loaded.kept.filter(chosen).collect(),
+        loaded.dropped.filter(chosen),
+        loaded.pairs.filter(chosen).collect(),
+        pl.DataFrame(),
+    )
+    positives = loaded.positives.filter(chosen).collect()
+    done = refilter(state, names, positives, loaded.products, cfg)
+    out, lo = Path(plan).parent, span[0]
+    frames = {
+        "settled": done.queries.to_frame(S.QUERY).cast(pl.String),
+        "counts": done.counts,
+        "kept": done.kept,
+        "dropped": done.dropped,
+    }
+    files = {
+        name: str(io.write_parquet(frame, out / f"{name}-{lo:010d}.parquet"))
+        for name, frame in frames.items()
+    }
+    return _SpanFiles(**files, reasons=done.reasons)
+
+
+def refilter_mapped(  # noqa: PLR0913 - the inputs of `refilter`, where it goes, and the map
+    state: PreviousMining,
+    queries: pl.Series,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: PairsieveConfig,
+    folder: Path,
+    map_spans: MapSpans | None = None,
+) -> tuple[Refiltered, int]:
+    """`refilter` as a map (default `map_here`) over spans of `runner.mine_partition_queries`
+    sorted queries, through a plan in ``folder`` (removed by the caller): the same rows as one
+    call, as each query is filtered on its own; and the number of partitions. The dropped rows
+    come back as a scan of the partitions' files."""
+    plan = _Plan.write(folder / "plan", state, queries, positives, products)
+    parts.hold(plan, _Plan.read(plan))
+    spans = parts.spans(queries.len(), cfg.runner.mine_partition_queries)
+    try:
+        results = (map_spans or parts.map_here)(refilter_partition, str(plan), spans, cfg, STEP)
+    finally:
+        parts.forget(plan)
+    reasons: dict[str, int] = {}
+    for result in results:
+        for reason, rows in result.reasons.items():
+            reasons[reason] = reasons.get(reason, 0) + rows
+    refiltered = Refiltered(
+        pl.concat([pl.read_parquet(r.settled)[S.QUERY] for r in results]),
+        pl.concat([pl.read_parquet(r.counts) for r in results]),
+        pl.concat([pl.read_parquet(r.kept) for r in results]),
+        pl.scan_parquet([r.dropped for r in results]),
+        reasons,
+    )
+    return refiltered, len(spans)
 
 
 def with_reused(

@@ -53,8 +53,8 @@ from pairsieve.core.partitions import MapSpans
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import partitions
 from pairsieve.mine.deepen import COUNT, Mined
-from pairsieve.mine.filters import REASONS, reason_counts
-from pairsieve.mine.refilter import Refiltered, refilter, with_reused
+from pairsieve.mine.filters import REASONS
+from pairsieve.mine.refilter import Refiltered, refilter_mapped, with_reused
 from pairsieve.mine.retrieval import build_retrieval, embed_inputs, positive_table
 from pairsieve.mine.reuse import PreviousMining, ReusePlan
 from pairsieve.text import attributes as text
@@ -105,8 +105,9 @@ def summarise(
     cfg: MineConfig,
 ) -> dict[str, Any]:
     """Candidates considered (from each query's `candidate_counts`, not from the rows, so the
-    accounting identity is a real check), drops per reason (``reasons``, see `reason_counts`),
-    and per-pair shortfalls (short pairs are kept, never padded)."""
+    accounting identity is a real check), drops per reason (``reasons``, counted as
+    `filters.reason_counts` does), and per-pair shortfalls (short pairs are kept, never
+    padded)."""
     per_query = positives.join(counts, on=S.QUERY, how="left")
     considered = per_query[COUNT].fill_null(0).sum()
     per_pair = (
@@ -197,9 +198,11 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     positives = positive_table(fresh, embedded)
     info = listing_products(listings, products)
     started = time.perf_counter()
-    refiltered = None
+    refiltered, refilter_partitions = None, 0
     if state is not None and plan.refiltered.len():
-        refiltered = refilter(state, plan.refiltered, positives, info, cfg)
+        refiltered, refilter_partitions = refilter_mapped(
+            state, plan.refiltered, positives, info, cfg, spill / "refilter", map_spans
+        )
     settled = none if refiltered is None else refiltered.queries
     ivf, index_folder = (state.ivf if state else None), spill / partitions.PLAN / "index"
     retrieval = build_retrieval(embedded.without(settled), cfg, ivf, index_folder)
@@ -220,6 +223,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         details["incremental"] = {
             "queries_reused": plan.reused.len(),
             "queries_refiltered": settled.len(),
+            "refilter_partitions": refilter_partitions,
             "queries_mined": to_mine[S.QUERY].n_unique(),
         }
     outside = time.perf_counter() - started - retrieval.info["index_s"] - mapped["wall_s"]
@@ -240,7 +244,7 @@ def _with_refiltered(mined: Mined, refiltered: Refiltered | None) -> tuple:
     counts, kept, dropped, reasons = mined.counts, mined.kept, mined.dropped, mined.reasons
     if refiltered is None:
         return counts, kept, dropped, reasons
-    again = reason_counts(refiltered.dropped)
+    again = refiltered.reasons
     return (
         pl.concat([counts, refiltered.counts]),
         kept.merge_sorted(refiltered.kept, key=S.QUERY),

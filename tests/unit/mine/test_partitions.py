@@ -15,6 +15,7 @@ from pairsieve.core import partitions as parts
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import deepen, partitions
 from pairsieve.mine import stage as mine
+from pairsieve.mine.reuse import PreviousMining, titles_and_products
 from tests.unit.mine.test_stage import CATALOG, deepening_case, frames
 
 
@@ -83,19 +84,27 @@ def _in_processes(fn, plan: str, spans: list, cfg: PairsieveConfig, step: str) -
     return [done[span] for span in spans]
 
 
-def test_the_stage_mapped_on_single_thread_processes_writes_the_same_bytes(
-    tmp_path, monkeypatch, session_cache_dir, encoder
-):
+def _catalog_inputs() -> mine.Inputs:
+    """The test catalog with its true products as product ids, and a query per listing (its
+    title less the first two words) that clicked it."""
     listings = pl.DataFrame(
         CATALOG, schema=[S.LISTING_ID, S.TITLE, S.TRUE_PRODUCT_ID], orient="row"
     )
     products = listings.select(S.LISTING_ID, pl.col(S.TRUE_PRODUCT_ID).alias(S.PRODUCT_ID))
-    titles = listings[S.TITLE].to_list()
     clicks = pl.DataFrame(
-        {S.QUERY: [t.split(" ", 2)[-1] for t in titles], S.LISTING_ID: listings[S.LISTING_ID]}
+        {
+            S.QUERY: [t.split(" ", 2)[-1] for t in listings[S.TITLE]],
+            S.LISTING_ID: listings[S.LISTING_ID],
+        }
     )
+    return mine.Inputs(clicks, listings, products)
+
+
+def test_the_stage_mapped_on_single_thread_processes_writes_the_same_bytes(
+    tmp_path, monkeypatch, session_cache_dir, encoder
+):
+    inputs = _catalog_inputs()
     cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(**{"mine.num_negatives": 3})
-    inputs = mine.Inputs(clicks, listings, products)
     here = mine.run(cfg, inputs, tmp_path / "here", encoder=encoder)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
@@ -109,17 +118,7 @@ def test_the_stage_mapped_on_single_thread_processes_writes_the_same_bytes(
 def test_the_stage_writes_the_same_bytes_whatever_the_partition_count(
     tmp_path, monkeypatch, session_cache_dir, encoder
 ):
-    listings = pl.DataFrame(
-        CATALOG, schema=[S.LISTING_ID, S.TITLE, S.TRUE_PRODUCT_ID], orient="row"
-    )
-    products = listings.select(S.LISTING_ID, pl.col(S.TRUE_PRODUCT_ID).alias(S.PRODUCT_ID))
-    clicks = pl.DataFrame(
-        {
-            S.QUERY: [t.split(" ", 2)[-1] for t in listings[S.TITLE]],
-            S.LISTING_ID: listings[S.LISTING_ID],
-        }
-    )
-    inputs = mine.Inputs(clicks, listings, products)
+    inputs = _catalog_inputs()
     cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(**{"mine.num_negatives": 3})
     monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)  # a batch per query, as at 4,096 queries
     one = mine.run(cfg, inputs, tmp_path / "one", encoder=encoder)
@@ -131,3 +130,62 @@ def test_the_stage_writes_the_same_bytes_whatever_the_partition_count(
     assert (one.details["partitions"], many.details["partitions"]) == (1, len(CATALOG))
     for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes()
+
+
+def test_day_two_refiltering_writes_the_same_bytes_whatever_the_partitions(
+    tmp_path, monkeypatch, session_cache_dir, encoder
+):
+    """Queries that only gained clicks are filtered again from day 1's candidates, a partition
+    of them at a time: one partition, one per query, or partitions in fresh processes that read
+    the plan from disk write the same rows."""
+    day1_inputs = _catalog_inputs()
+    clicks, listings, products = day1_inputs.clicks, day1_inputs.listings, day1_inputs.products
+    # More negatives than the catalog holds: every pair ends short, so every query's search was
+    # exhausted and a query that only gained clicks is settled from day 1's candidates.
+    cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(
+        **{"mine.num_negatives": 20, "mine.refresh_builds": 10_000}
+    )
+    monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)
+    day1 = tmp_path / "day1"
+    mine.run(cfg, day1_inputs, day1, encoder=encoder)
+    state = PreviousMining(
+        pl.read_parquet(day1 / S.NEGATIVES_FILE),
+        pl.scan_parquet(day1 / S.NEGATIVES_DROPPED_FILE),
+        clicks,
+        titles_and_products(listings, products),
+    )
+    # Each query clicks the next listing of its product as well, where the product has one.
+    following = products.with_columns(
+        pl.col(S.LISTING_ID).shift(-1).over(S.PRODUCT_ID).alias("_next")
+    )
+    gained = (
+        clicks.join(following, on=S.LISTING_ID)
+        .drop_nulls("_next")
+        .select(S.QUERY, pl.col("_next").alias(S.LISTING_ID))
+    )
+    day2 = mine.Inputs(pl.concat([clicks, gained]), listings, products)
+    one = mine.run(cfg, day2, tmp_path / "one", encoder=encoder, previous=(state, 1))
+    runner = cfg.runner.model_copy(update={"mine_partition_queries": 1})  # past validation
+    each = cfg.model_copy(update={"runner": runner})
+    many = mine.run(each, day2, tmp_path / "many", encoder=encoder, previous=(state, 1))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    apart = mine.run(
+        each,
+        day2,
+        tmp_path / "apart",
+        encoder=encoder,
+        previous=(state, 1),
+        map_spans=_in_processes,
+    )
+    incremental = one.details["incremental"]
+    assert incremental["queries_refiltered"] == gained.height > 1
+    assert incremental["refilter_partitions"] == 1
+    assert many.details["incremental"]["refilter_partitions"] == gained.height
+    assert apart.details["incremental"] == many.details["incremental"]
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+        expected = (tmp_path / "one" / name).read_bytes()
+        assert (tmp_path / "many" / name).read_bytes() == expected
+        assert (tmp_path / "apart" / name).read_bytes() == expected
+    assert one.rows_out == many.rows_out == apart.rows_out > 0
+    assert one.dropped_by_reason == many.dropped_by_reason == apart.dropped_by_reason

@@ -143,7 +143,7 @@ def test_num_negatives_top_takes_the_hardest_and_short_pairs_are_not_padded():
     candidates, pos = frames(scores, positives)[:2]
     counts = deepen.candidate_counts(candidates)
     summary = mine.summarise(
-        counts, pos, kept, mine.reason_counts(dropped), MineConfig(num_negatives=3)
+        counts, pos, kept, mine_filter.reason_counts(dropped), MineConfig(num_negatives=3)
     )
     assert summary["pairs_short"] == 1
     assert summary["pairs_without_negatives"] == 0
@@ -175,7 +175,7 @@ def test_accounting_identity_and_reason_precedence():
     candidates, pos, prod = frames(scores, positives, {"b": "B", "b2": "B"})
     cfg = MineConfig(num_negatives=1, range_min=1, min_score=0.2, relative_margin=NV_MARGIN)
     kept, dropped = mine_filter.filter_candidates(candidates, pos, prod, cfg, 13)
-    per_reason = mine.reason_counts(dropped)
+    per_reason = mine_filter.reason_counts(dropped)
     summary = mine.summarise(deepen.candidate_counts(candidates), pos, kept, per_reason, cfg)
     assert summary["considered"] == kept.height + sum(summary["dropped_by_reason"].values()) == 7
     # b is skipped by range_min before the one-per-product step, so b2 represents product B
@@ -424,7 +424,7 @@ def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch, tmp_pa
     assert batched.counts.sort(S.QUERY).equals(whole.counts.sort(S.QUERY))
     assert batched.rounds == whole.rounds and len(whole.rounds) == 2
     assert batched.skipped_above_ceiling == whole.skipped_above_ceiling == 2
-    assert batched.reasons == whole.reasons == mine.reason_counts(whole.dropped)
+    assert batched.reasons == whole.reasons == mine_filter.reason_counts(whole.dropped)
     # Spilled: one part file per batch, scanned back in order as the same rows.
     spilled = deepen.mine_pairs(
         retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed, spill=tmp_path
@@ -443,7 +443,7 @@ def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
     mined = deepen.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
     assert mined.rounds == [{"depth": 3, "queries": 2, "short": 1}]
     assert kept_ids(mined.kept, "q1") == []
-    reasons = mine.reason_counts(mined.dropped)
+    reasons = mine_filter.reason_counts(mined.dropped)
     summary = mine.summarise(mined.counts, positives, mined.kept, reasons, cfg.mine)
     assert summary["pairs_without_negatives"] == 1 and mined.skipped_above_ceiling == 0
     assert summary["considered"] == 6 == mined.kept.height + mined.dropped.height
