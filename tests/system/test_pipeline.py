@@ -135,6 +135,18 @@ DEMO_SHA256_BY_PROCESSOR = (
             "3aa9f1c3fc0d4fa792483a677305047d75ab6422f27bbdcb7920802f6b72add0"
         ),
     },
+    {  # Intel Xeon with AMX and AVX-512 VNNI
+        "cluster/products.parquet": _PRODUCTS_SHA256,
+        "mine/negatives.parquet": (
+            "631bd2493fff87d429c0350ef1982927a4f2c87de9cf6b338f68621933ea18b1"
+        ),
+        "shards/train-00000.parquet": (
+            "91c6bcd8ac19770b6256da6256782b048bf5fcce766c655169cc3ea4fce61faf"
+        ),
+        "shards/meta-00000.parquet": (
+            "d649057c9985d263ae58402a0c820d40cf7652dd18ab864038322f33ad5b5968"
+        ),
+    },
 )
 
 
