@@ -36,6 +36,7 @@ class Refiltered:
     kept: pl.DataFrame
     dropped: pl.DataFrame | pl.LazyFrame
     reasons: dict[str, int]
+    partitions: int = 1  # the map's, when mapped
 
 
 def refilter(
@@ -193,11 +194,11 @@ def refilter_mapped(  # noqa: PLR0913 - the inputs of `refilter`, where it goes,
     cfg: PairsieveConfig,
     folder: Path,
     map_spans: MapSpans | None = None,
-) -> tuple[Refiltered, int]:
+) -> Refiltered:
     """`refilter` as a map (default `map_here`) over spans of `runner.mine_partition_queries`
     sorted queries, through a plan in ``folder`` (removed by the caller): the same rows as one
-    call, as each query is filtered on its own; and the number of partitions. The dropped rows
-    come back as a scan of the partitions' files."""
+    call, as each query is filtered on its own. The dropped rows come back as a scan of the
+    partitions' files."""
     plan = _Plan.write(folder / "plan", state, queries, positives, products)
     parts.hold(plan, _Plan.read(plan))
     spans = parts.spans(queries.len(), cfg.runner.mine_partition_queries)
@@ -209,14 +210,14 @@ def refilter_mapped(  # noqa: PLR0913 - the inputs of `refilter`, where it goes,
     for result in results:
         for reason, rows in result.reasons.items():
             reasons[reason] = reasons.get(reason, 0) + rows
-    refiltered = Refiltered(
+    return Refiltered(
         pl.concat([pl.read_parquet(r.settled)[S.QUERY] for r in results]),
         pl.concat([pl.read_parquet(r.counts) for r in results]),
         pl.concat([pl.read_parquet(r.kept) for r in results]),
         pl.scan_parquet([r.dropped for r in results]),
         reasons,
+        len(spans),
     )
-    return refiltered, len(spans)
 
 
 def with_reused(

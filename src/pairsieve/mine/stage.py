@@ -198,9 +198,9 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     positives = positive_table(fresh, embedded)
     info = listing_products(listings, products)
     started = time.perf_counter()
-    refiltered, refilter_partitions = None, 0
+    refiltered = None
     if state is not None and plan.refiltered.len():
-        refiltered, refilter_partitions = refilter_mapped(
+        refiltered = refilter_mapped(
             state, plan.refiltered, positives, info, cfg, spill / "refilter", map_spans
         )
     settled = none if refiltered is None else refiltered.queries
@@ -220,12 +220,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         "embedding": {k: v for k, v in embedded.stats.items() if k != "embed_s"},
     }
     if previous is not None:
-        details["incremental"] = {
-            "queries_reused": plan.reused.len(),
-            "queries_refiltered": settled.len(),
-            "refilter_partitions": refilter_partitions,
-            "queries_mined": to_mine[S.QUERY].n_unique(),
-        }
+        details["incremental"] = _incremental(plan, refiltered, to_mine)
     outside = time.perf_counter() - started - retrieval.info["index_s"] - mapped["wall_s"]
     timings = {  # search and filter: summed over the partitions, plus refilter and reuse here
         "embed_s": embedded.stats["embed_s"],
@@ -236,6 +231,18 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     }
     layout = retrieval.index.layout(embedded.listing_keys)  # embed_inputs sets the keys
     return _Rows(counts, kept, dropped, reasons, timings, details, layout)
+
+
+def _incremental(
+    plan: ReusePlan, refiltered: Refiltered | None, to_mine: pl.DataFrame
+) -> dict[str, int]:
+    """How many queries a day-2 build took over from the previous one, and how many it mined."""
+    return {
+        "queries_reused": plan.reused.len(),
+        "queries_refiltered": 0 if refiltered is None else refiltered.queries.len(),
+        "refilter_partitions": 0 if refiltered is None else refiltered.partitions,
+        "queries_mined": to_mine[S.QUERY].n_unique(),
+    }
 
 
 def _with_refiltered(mined: Mined, refiltered: Refiltered | None) -> tuple:
