@@ -1,5 +1,7 @@
 """Scores computed inside `fixed_threads` are the same bytes in a process that started with one
-thread (a Dask worker) as in this one; outside it they are not."""
+thread (a Dask worker) as in this one. Outside it, the last bits follow the thread count on
+CPUs whose kernels split a product by thread (faiss's search on the processors this was
+written on); others give the same bits either way, so that is not a test."""
 
 from __future__ import annotations
 
@@ -43,10 +45,6 @@ def one_thread_env(monkeypatch):
 @pytest.mark.skipif(faiss.omp_get_max_threads() < 2, reason="needs 2 cores to differ")
 def test_fixed_threads_give_the_same_scores_as_a_single_thread_process(one_thread_env):
     assert _in_a_single_thread_process(fixed=True) == _scores(fixed=True)
-    # the control: without the fixed count, the last bits follow the thread count (in faiss's
-    # search at least; whether numpy's product moves too depends on the CPU's BLAS kernels)
-    there, here = _in_a_single_thread_process(fixed=False), _scores(fixed=False)
-    assert there != here
 
 
 def test_fixed_threads_restore_the_counts_they_found():
