@@ -41,9 +41,6 @@ SIGNAL_TYPE = pl.Enum(
 NODE = "_node"  # a listing's node column in the clustering's listings frame
 
 
-SIGNATURES = "computing MinHash signatures"
-
-
 def common_codes(attrs: list[text.Attributes], max_df: int) -> set[str]:
     """Codes found on more than ``max_df`` distinct titles: features, not product identifiers."""
     codes = [c for a in attrs for c in a.codes | a.joined]
@@ -108,7 +105,8 @@ def minhash_pairs(
         return lsh.minhash_pairs_mapped(cfg, titles, wanted, mapper)
     c, encoder = cfg.cluster, lsh.signature_encoder(cfg)
     cache = minhash.SignatureCache(cfg.cache_dir, encoder.model_key) if cfg.cache_dir else None
-    sig, stats = embed_texts(titles.to_list(), encoder, cache, lsh.SIGNATURE_PARTITION, SIGNATURES)
+    step = lsh.SIGNATURES_STEP
+    sig, stats = embed_texts(titles.to_list(), encoder, cache, lsh.SIGNATURE_PARTITION, step)
     bands, rows = minhash.lsh_params(c.lsh_threshold, c.num_perm)
     pairs, skipped = minhash.lsh_pairs(sig, bands, rows, c.max_bucket, wanted)
     return pairs, skipped, stats.encoded

@@ -5,6 +5,7 @@ previous files as the new ones are written (`with_reused`)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,16 +207,15 @@ def refilter_mapped(  # noqa: PLR0913 - the inputs of `refilter`, where it goes,
         results = (map_spans or parts.map_here)(refilter_partition, str(plan), spans, cfg, STEP)
     finally:
         parts.forget(plan)
-    reasons: dict[str, int] = {}
+    reasons: Counter[str] = Counter()
     for result in results:
-        for reason, rows in result.reasons.items():
-            reasons[reason] = reasons.get(reason, 0) + rows
+        reasons.update(result.reasons)
     return Refiltered(
         pl.concat([pl.read_parquet(r.settled)[S.QUERY] for r in results]),
         pl.concat([pl.read_parquet(r.counts) for r in results]),
         pl.concat([pl.read_parquet(r.kept) for r in results]),
         pl.scan_parquet([r.dropped for r in results]),
-        reasons,
+        dict(reasons),
         len(spans),
     )
 
