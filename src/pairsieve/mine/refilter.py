@@ -135,11 +135,13 @@ class _Plan:
         return folder
 
     @staticmethod
-    def read(folder: Path) -> _Plan:
+    def read(folder: Path, products: pl.DataFrame | None = None) -> _Plan:
+        """The plan in ``folder``, its tables scanned; ``products`` when the caller holds
+        them already."""
         return _Plan(
             pl.read_parquet(folder / "queries.parquet")[S.QUERY],
             *(pl.scan_parquet(folder / f"{name}.parquet") for name in _SCANNED),
-            pl.read_parquet(folder / "products.parquet"),
+            pl.read_parquet(folder / "products.parquet") if products is None else products,
         )
 
 
@@ -201,7 +203,7 @@ def refilter_mapped(  # noqa: PLR0913 - the inputs of `refilter`, where it goes,
     call, as each query is filtered on its own. The dropped rows come back as a scan of the
     partitions' files."""
     plan = _Plan.write(folder / "plan", state, queries, positives, products)
-    parts.hold(plan, _Plan.read(plan))
+    parts.hold(plan, _Plan.read(plan, products))
     spans = parts.spans(queries.len(), cfg.runner.mine_partition_queries)
     try:
         results = (map_spans or parts.map_here)(refilter_partition, str(plan), spans, cfg, STEP)

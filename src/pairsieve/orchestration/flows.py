@@ -116,7 +116,7 @@ def partition_task(
 
 @task(name="shards", **_TASK_OPTIONS)
 def shards_task(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
-    return steps.shards_step(cfg, run_dir)
+    return steps.shards_step(cfg, run_dir, map_spans=map_on_runner)
 
 
 @task(name="report", **_TASK_OPTIONS)

@@ -234,14 +234,21 @@ def mine_step(
     return run_stage("mine", run_dir, cfg.section_hash("mine"), fingerprint, body)
 
 
-def shards_step(cfg: PairsieveConfig, run_dir: Path) -> StageResult:
-    """Write product-disjoint, labelled training shards into `run_dir/shards/`."""
+def shards_step(
+    cfg: PairsieveConfig, run_dir: Path, map_spans: MapSpans | None = None
+) -> StageResult:
+    """Write product-disjoint, labelled training shards into `run_dir/shards/`; ``map_spans``
+    runs the placement's partitions of products (`shards.placement`; default in this
+    process)."""
     from pairsieve.shards import stage as shards
 
     inputs = shards.Inputs.of(RunLayout(run_dir))
     fingerprints = {"inputs": stage_fingerprint(run_dir, list(UPSTREAM["shards"]))}
     return _run_downstream(
-        cfg, run_dir, "shards", lambda tmp: shards.run(cfg, inputs, tmp, fingerprints=fingerprints)
+        cfg,
+        run_dir,
+        "shards",
+        lambda tmp: shards.run(cfg, inputs, tmp, fingerprints=fingerprints, map_spans=map_spans),
     )
 
 

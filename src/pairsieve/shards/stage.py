@@ -17,6 +17,7 @@ id, so no positive product is on both sides.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,9 @@ from pairsieve.core import io, progress
 from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.hashing import label_int, seeded_key
 from pairsieve.core.layout import RunLayout
+from pairsieve.core.partitions import MapSpans
 from pairsieve.errors import PairsieveError
-from pairsieve.shards.batching import cap_per_product, plan_product_disjoint
+from pairsieve.shards import placement
 from pairsieve.shards.card import CARD_FILE, dataset_card
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ _GROUP = "_query_group"  # dense integer id of the query, for query-exclusive bl
 _POS_INT = "_positive_product"
 _NEG_TEXTS = "_negative_texts"
 _N_NEG = "_n_negatives"
+_PLACEMENT = "_placement"  # the placement's plan and partitions until it ends
 
 
 def is_eval_product(seed: int, product_id: str, fraction: float) -> bool:
@@ -253,28 +256,28 @@ def split_eval(rows: pl.DataFrame, cfg: PairsieveConfig) -> tuple[pl.DataFrame, 
 
 
 def order_train(
-    rows: pl.DataFrame, cfg: PairsieveConfig, k: int
+    rows: pl.DataFrame, cfg: PairsieveConfig, k: int, folder: Path, map_spans: MapSpans | None
 ) -> tuple[pl.DataFrame, dict[str, int], dict[str, Any]]:
-    """Cap rows per product, then place the rest product-disjointly; report what did not fit."""
-    positive = rows[_POS_INT].to_numpy().astype(np.int64)
-    keys = rows[_ORDER].to_numpy()
-    keep = cap_per_product(positive, keys, cfg.shards.max_rows_per_product)
-    capped = rows.filter(pl.Series(keep))
-    started = time.perf_counter()
-    plan = plan_product_disjoint(
-        capped[_POS_INT].to_numpy().astype(np.int64),
-        _negative_products(capped, k),
-        capped[_GROUP].to_numpy().astype(np.int64),
-        capped[_ORDER].to_numpy(),
-        cfg.shards.batch_size,
+    """Cap rows per product, then place the rest product-disjointly (`placement`, mapped with
+    ``map_spans`` through a plan in ``folder``); report what did not fit."""
+    entries = placement.Rows(
+        rows[_POS_INT].to_numpy().astype(np.int64),
+        _negative_products(rows, k),
+        rows[_GROUP].to_numpy().astype(np.int64),
+        rows[_ORDER].to_numpy(),
     )
-    dropped = {"product_cap": int((~keep).sum()), "unplaceable": len(plan.unplaced)}
+    try:
+        placed = placement.place_mapped(entries, cfg, folder, map_spans)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    dropped = {"product_cap": placed.capped, "unplaceable": len(placed.unplaced)}
     details = {
-        "batches": plan.n_batches,
-        "plan_s": round(time.perf_counter() - started, 3),
-        "unplaceable_products": capped[S.POSITIVE_PRODUCT_ID].gather(plan.unplaced).n_unique(),
+        "batches": -(-len(placed.order) // cfg.shards.batch_size),
+        "plan_s": round(placed.plan_s, 3),
+        "placement_partitions": placed.partitions,
+        "unplaceable_products": rows[S.POSITIVE_PRODUCT_ID].gather(placed.unplaced).n_unique(),
     }
-    return capped[plan.order], dropped, details
+    return rows[placed.order], dropped, details
 
 
 def _train_frame(rows: pl.DataFrame, k: int) -> pl.DataFrame:
@@ -414,9 +417,11 @@ def run(
     out_dir: Path,
     *,
     fingerprints: dict[str, str] | None = None,
+    map_spans: MapSpans | None = None,
 ) -> StageResult:
     """Build the shards into `out_dir`: train (+ eval) data and meta files and `manifest.json`;
-    ``fingerprints`` (of the inputs) are recorded in the manifest.
+    ``fingerprints`` (of the inputs) are recorded in the manifest. ``map_spans`` runs the
+    placement's partitions of products (`placement`; default `map_here`).
 
     Rows in are distinct (query, clicked listing) pairs; each is written or dropped with a reason
     (`unknown_listing`, `no_product`, `too_few_negatives`, `product_cap`, `unplaceable`).
@@ -431,7 +436,7 @@ def run(
     k = details["num_negatives"]
     assembled_s = time.perf_counter() - started
     train, evalset = split_eval(rows, cfg)
-    train, train_dropped, plan_details = order_train(train, cfg, k)
+    train, train_dropped, plan_details = order_train(train, cfg, k, out_dir / _PLACEMENT, map_spans)
     dropped.update(train_dropped)
     files, leakage = _write_splits(cfg, train, evalset, out_dir, k)
     manifest = _manifest(cfg, k, files, leakage, fingerprints)

@@ -3,15 +3,12 @@ read back from disk, and in fresh single-thread processes, the same pairs."""
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-
 import numpy as np
 import pytest
 
 from pairsieve.cluster import neighbours
 from pairsieve.config import PairsieveConfig
-from pairsieve.core import partitions as parts
+from tests.maps import from_disk, in_processes
 
 
 def _vectors(n: int, seed: int = 0) -> np.ndarray:
@@ -26,31 +23,12 @@ def _vectors(n: int, seed: int = 0) -> np.ndarray:
 CFG = PairsieveConfig().with_(**{"cluster.knn_k": 5, "cluster.min_cosine": 0.5})
 
 
-def _from_disk(fn, plan, spans, cfg, step):
-    """map_here, but every span reads the plan from disk as a fresh worker would."""
-    results = []
-    for span in spans:
-        parts.forget(plan)
-        results.append(fn(plan, span, cfg))
-    return results
-
-
-def _in_processes(fn, plan, spans, cfg, step):
-    """Each span in a fresh process started with one BLAS and OpenMP thread (a Dask worker's
-    setting), the last span first."""
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(2, mp_context=context) as pool:
-        futures = {span: pool.submit(fn, plan, span, cfg) for span in spans}
-        done = {span: futures[span].result() for span in reversed(spans)}
-    return [done[span] for span in spans]
-
-
 def test_mapped_spans_find_the_pairs_of_one_search(tmp_path, monkeypatch):
     vectors = _vectors(400)
     whole, _ = neighbours.knn_pairs(CFG, vectors)
     assert len(whole) > 400 and (whole[:, 0] < whole[:, 1]).all()
     monkeypatch.setattr(neighbours, "KNN_QUERIES", 64)  # 7 spans
-    mapper = neighbours.Mapper(tmp_path / "a", _from_disk)
+    mapper = neighbours.Mapper(tmp_path / "a", from_disk)
     spanned, _ = neighbours.knn_pairs(CFG, vectors, mapper=mapper)
     assert np.array_equal(spanned, whole)
     assert sorted(p.name for p in (tmp_path / "a").glob("neighbours-*.npy"))[:2] == [
@@ -70,6 +48,6 @@ def test_single_thread_workers_find_the_same_pairs_as_this_process(tmp_path):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("OMP_NUM_THREADS", "1")
         env.setenv("OPENBLAS_NUM_THREADS", "1")
-        mapper = neighbours.Mapper(tmp_path, _in_processes)
+        mapper = neighbours.Mapper(tmp_path, in_processes)
         there, _ = neighbours.knn_pairs(CFG, vectors, mapper=mapper)
     assert np.array_equal(here, there)

@@ -14,6 +14,7 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.core import parallel as forked
 from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
+from tests.maps import from_disk
 from tests.unit.cluster.graphs import random_graph
 
 TITLES = {
@@ -495,14 +496,6 @@ def test_combined_candidates_name_every_signal_that_proposed_a_pair() -> None:
     assert candidates.combine_candidates({"code": np.empty(0, np.int64)}).height == 0
 
 
-def _from_disk(fn, plan, spans, cfg, step):
-    """Each span reads the plan from disk, as a worker process would."""
-    from pairsieve.core import partitions
-
-    partitions.forget(plan)
-    return [fn(plan, span, cfg) for span in spans]
-
-
 def test_mapped_search_and_verification_and_chunked_pairs_file_give_the_same_bytes(
     cfg, encoder, tmp_path, monkeypatch
 ) -> None:
@@ -519,7 +512,7 @@ def test_mapped_search_and_verification_and_chunked_pairs_file_give_the_same_byt
 
     def counted(fn, plan, spans, cfg, step):
         spans_seen[step] = len(spans)
-        return _from_disk(fn, plan, spans, cfg, step)
+        return from_disk(fn, plan, spans, cfg, step)
 
     cluster.run(cfg, cluster.Inputs(frame), tmp_path / "spans", encoder=encoder, map_spans=counted)
     assert spans_seen[neighbours.STEP] > 1 and spans_seen[cluster_verify.VERIFY_STEP] > 1

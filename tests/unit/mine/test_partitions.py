@@ -3,9 +3,6 @@ tasks, a plan read back from disk in another process, the same rows as one pass 
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-
 import polars as pl
 import pytest
 
@@ -16,6 +13,7 @@ from pairsieve.errors import PairsieveError
 from pairsieve.mine import deepen, partitions
 from pairsieve.mine import stage as mine
 from pairsieve.mine.reuse import PreviousMining, titles_and_products
+from tests.maps import in_processes
 from tests.unit.mine.test_stage import CATALOG, deepening_case, frames
 
 
@@ -74,16 +72,6 @@ def test_the_partition_size_must_be_a_multiple_of_the_batch():
     assert cfg.runner.mine_partition_queries == 2 * MINE_QUERY_BATCH
 
 
-def _in_processes(fn, plan: str, spans: list, cfg: PairsieveConfig, step: str) -> list:
-    """Each partition in a fresh process that starts with one BLAS and OpenMP thread, as a Dask
-    worker does; the results come back in reverse order of the spans, then are put right."""
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(2, mp_context=context) as pool:
-        futures = {span: pool.submit(fn, plan, span, cfg) for span in spans}
-        done = {span: futures[span].result() for span in reversed(spans)}
-    return [done[span] for span in spans]
-
-
 def _catalog_inputs() -> mine.Inputs:
     """The test catalog with its true products as product ids, and a query per listing (its
     title less the first two words) that clicked it."""
@@ -108,7 +96,7 @@ def test_the_stage_mapped_on_single_thread_processes_writes_the_same_bytes(
     here = mine.run(cfg, inputs, tmp_path / "here", encoder=encoder)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
-    mapped = mine.run(cfg, inputs, tmp_path / "mapped", encoder=encoder, map_spans=_in_processes)
+    mapped = mine.run(cfg, inputs, tmp_path / "mapped", encoder=encoder, map_spans=in_processes)
     assert here.details["partitions"] == mapped.details["partitions"] == 1
     for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
         assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "mapped" / name).read_bytes()
@@ -176,7 +164,7 @@ def test_day_two_refiltering_writes_the_same_bytes_whatever_the_partitions(
         tmp_path / "apart",
         encoder=encoder,
         previous=(state, 1),
-        map_spans=_in_processes,
+        map_spans=in_processes,
     )
     incremental = one.details["incremental"]
     assert incremental["queries_refiltered"] == gained.height > 1
