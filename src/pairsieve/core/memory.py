@@ -223,11 +223,17 @@ def release() -> None:
     reuses the other's free pages, and glibc keeps freed pages of its heap and thread arenas
     resident until trimmed. At 10^6 listings the cluster stage frees gigabytes of attributes,
     vectors and candidates before its linkage, which polars then allocates beside them.
+
+    The collection runs in a thread of its own: an interrupt (Ctrl-C, or SIGTERM taken as one)
+    that comes meanwhile is then raised in the calling thread, which waits on the join, never
+    inside a finalizer the collection runs, where Python would print it and drop it.
     """
     import ctypes
     import gc
 
-    gc.collect()
+    collector = threading.Thread(target=gc.collect, name="pairsieve-release", daemon=True)
+    collector.start()
+    collector.join()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim
