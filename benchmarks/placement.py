@@ -1,4 +1,4 @@
-"""Shard placement mapped over partitions of products, against the same rows placed as one
+"""Shard placement mapped over partitions of the rows, against the same rows placed as one
 partition: seconds, rows placed, and the peak resident memory of the process that places a
 partition (each partition in a fresh spawned process, as on a worker).
 

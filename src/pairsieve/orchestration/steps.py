@@ -238,7 +238,7 @@ def shards_step(
     cfg: PairsieveConfig, run_dir: Path, map_spans: MapSpans | None = None
 ) -> StageResult:
     """Write product-disjoint, labelled training shards into `run_dir/shards/`; ``map_spans``
-    runs the placement's partitions of products (`shards.placement`; default in this
+    runs the placement's partitions of the rows (`shards.placement`; default in this
     process)."""
     from pairsieve.shards import stage as shards
 

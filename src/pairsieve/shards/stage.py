@@ -421,7 +421,7 @@ def run(
 ) -> StageResult:
     """Build the shards into `out_dir`: train (+ eval) data and meta files and `manifest.json`;
     ``fingerprints`` (of the inputs) are recorded in the manifest. ``map_spans`` runs the
-    placement's partitions of products (`placement`; default `map_here`).
+    placement's partitions of the rows (`placement`; default `map_here`).
 
     Rows in are distinct (query, clicked listing) pairs; each is written or dropped with a reason
     (`unknown_listing`, `no_product`, `too_few_negatives`, `product_cap`, `unplaceable`).
