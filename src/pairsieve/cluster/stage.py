@@ -49,6 +49,7 @@ from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.cluster.verify import (
     INFORMATIVE,
     judging,
+    pair_cosines,
     resolved_link_threshold,
     uses_learned_verifier,
     verify,
@@ -273,28 +274,39 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
         asked = touching(candidates.node_pairs(frame, requested), unsettled)
         by_signal["requested"] = len(asked)
         candidate_pairs = candidates.with_requested(candidate_pairs, asked)
-    context, cosine = judging(c, candidate_pairs, nodes, attrs, vectors)
+    cosine = None if vectors is None else pair_cosines(candidate_pairs, vectors)
+    del vectors  # read for the cosines only
+    context = judging(c, candidate_pairs, nodes, attrs, cosine)
     if mapper is None or features is not None:
         scored = verify(context, cosine, candidate_pairs, features).lazy()
     else:
         if not tuning:
-            del vectors, attrs  # the context holds what verification reads of them
+            del attrs  # the context holds what verification reads of them
         scored = pl.scan_parquet(verify_mapped(cfg, context, cosine, candidate_pairs, mapper))
-    del context, cosine
+    del context
+    if not tuning:
+        del cosine  # rejudge reads it when tuning
     if unsettled is not None:
         reused = previous.pairs_between(nodes, ~unsettled)
         details["reused_pairs"] = len(reused)
-        # In (a, b) order as a full build has them, sorted on one int64 key: ~2x faster than on
-        # two columns for the 3e7 pairs of 10^6 listings (agglomerate is 2x slower unsorted).
-        key = (pl.col("a").cast(pl.Int64) * (1 << 32) + pl.col("b")).alias("_key")
-        scored = pl.concat([scored, reused.cast(scored.collect_schema()).lazy()]).sort(key)
+        scored = _with_reused(scored, reused)
 
     def rejudge(lifted: tuple[str, ...]) -> pl.DataFrame:
         lifting = c.model_copy(update={"lifted_vetoes": lifted})
-        return verify(*judging(lifting, candidate_pairs, nodes, attrs, vectors), candidate_pairs)
+        return verify(
+            judging(lifting, candidate_pairs, nodes, attrs, cosine), cosine, candidate_pairs
+        )
 
     kept = rejudge if tuning else None
     return _Judgement(frame, nodes, scored, kept, ivf, by_signal, details, timings)
+
+
+def _with_reused(scored: pl.LazyFrame, reused: pl.DataFrame) -> pl.LazyFrame:
+    """The judged pairs and the previous build's pairs between unchanged titles, in (a, b)
+    order as a full build has them: sorted on one int64 key, ~2x faster than on two columns for
+    the 3e7 pairs of 10^6 listings (agglomerate is 2x slower unsorted)."""
+    key = (pl.col("a").cast(pl.Int64) * (1 << 32) + pl.col("b")).alias("_key")
+    return pl.concat([scored, reused.cast(scored.collect_schema()).lazy()]).sort(key)
 
 
 def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
@@ -336,8 +348,8 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
             setting.unjudged_weight,
         )
     details["accept_probability"] = accept  # what a label sample of this build groups pairs by
-    # rejudge holds every title's attributes, the vectors and the candidate pairs: ~4 GB at
-    # 10^6 listings that the linkage does not need; the judged pairs are read after they go.
+    # rejudge holds every title's attributes, the cosines and the candidate pairs: GBs at 10^6
+    # listings that the linkage does not need; the judged pairs are read after they go.
     judged = replace(judged, rejudge=None)
     memory.release()
     if not tuning:

@@ -273,26 +273,36 @@ def _vetoes(context: Judging, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray,
     return reason, shared
 
 
+def pair_cosines(candidates: pl.DataFrame, vectors: np.ndarray) -> np.ndarray:
+    """Every candidate pair's cosine, from the (n_nodes, d) unit vectors of the titles.
+
+    The only step of the judgement that reads the vectors: once it has run they can go, before
+    the attribute columns (`judging`) are built beside the candidates (1.4 GB at 10^6 titles).
+    """
+    from pairsieve.vectors.knn import pair_scores  # faiss, only where embeddings are used
+
+    a = candidates["a"].to_numpy().astype(np.int64, copy=False)
+    b = candidates["b"].to_numpy().astype(np.int64, copy=False)
+    return pair_scores(vectors, a, vectors, b).clip(-1, 1)
+
+
 def judging(
     cfg: ClusterConfig,
     candidates: pl.DataFrame,
     nodes: pl.DataFrame,
     attrs: list[text.Attributes],
-    vectors: np.ndarray | None,
-) -> tuple[Judging, np.ndarray | None]:
-    """What every chunk of the candidates is judged with (`Judging`), and every candidate's
-    cosine (None without embeddings)."""
-    columns = _AttributeColumns(attrs)
-    cosine = best = None
-    if vectors is not None:
-        from pairsieve.vectors.knn import pair_scores  # faiss, only where embeddings are used
-
+    cosine: np.ndarray | None,
+) -> Judging:
+    """What every chunk of the candidates is judged with (`Judging`), given every candidate's
+    cosine (`pair_cosines`; None without embeddings)."""
+    best = None
+    if cosine is not None:
         a = candidates["a"].to_numpy().astype(np.int64, copy=False)
         b = candidates["b"].to_numpy().astype(np.int64, copy=False)
-        cosine = pair_scores(vectors, a, vectors, b).clip(-1, 1)
         best = verifier.best_cosines(len(attrs), a, b, cosine)
+    columns = _AttributeColumns(attrs)
     informative = nodes[INFORMATIVE].to_numpy()
-    return Judging(cfg, columns, informative, _brand_ids(nodes), best, lifted_vetoes(cfg)), cosine
+    return Judging(cfg, columns, informative, _brand_ids(nodes), best, lifted_vetoes(cfg))
 
 
 def verify(

@@ -206,6 +206,9 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     settled = none if refiltered is None else refiltered.queries
     ivf, index_folder = (state.ivf if state else None), spill / partitions.PLAN / "index"
     retrieval = build_retrieval(embedded.without(settled), cfg, ivf, index_folder)
+    layout = retrieval.index.layout(embedded.listing_keys)  # embed_inputs sets the keys
+    retrieval, embed_stats = partitions.listings_on_disk(retrieval, spill), embedded.stats
+    del embedded  # its listing vectors: the partitions read them from the plan's file
     to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
     mined, mapped = partitions.mine_mapped(retrieval, to_mine, info, cfg, spill, map_spans)
     counts, kept, dropped, reasons = _with_refiltered(mined, refiltered)
@@ -217,19 +220,18 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         "skipped_above_ceiling": mined.skipped_above_ceiling,
         "retrieval_rounds": mined.rounds,
         **{k: retrieval.info[k] for k in ("index", "index_shards", "ivf_centroids")},
-        "embedding": {k: v for k, v in embedded.stats.items() if k != "embed_s"},
+        "embedding": {k: v for k, v in embed_stats.items() if k != "embed_s"},
     }
     if previous is not None:
         details["incremental"] = _incremental(plan, refiltered, to_mine)
     outside = time.perf_counter() - started - retrieval.info["index_s"] - mapped["wall_s"]
     timings = {  # search and filter: summed over the partitions, plus refilter and reuse here
-        "embed_s": embedded.stats["embed_s"],
+        "embed_s": embed_stats["embed_s"],
         "index_s": round(retrieval.info["index_s"], 3),
         "search_s": round(mapped["search_s"], 3),
         "filter_s": round(mapped["filter_s"] + outside, 3),
         "mine_wall_s": round(mapped["wall_s"], 3),
     }
-    layout = retrieval.index.layout(embedded.listing_keys)  # embed_inputs sets the keys
     return _Rows(counts, kept, dropped, reasons, timings, details, layout)
 
 

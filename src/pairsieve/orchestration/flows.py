@@ -17,7 +17,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.types.entrypoint import EntrypointType
 
 from pairsieve.config import PairsieveConfig, RunnerConfig, build_config
-from pairsieve.core import progress
+from pairsieve.core import memory, progress
 from pairsieve.core.contract import StageResult, code_version
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.memory import watch
@@ -110,8 +110,13 @@ def mine_task(cfg: PairsieveConfig, run_dir: Path, previous: str | None) -> Stag
 def partition_task(
     fn: Callable[[str, Span, Any], Any], plan: str, span: Span, cfg: Any, code: str
 ) -> Any:
+    """One span of a mapped step; the worker's freed heap goes back to the system after it
+    (`memory.trim`), so the next span, or the stage's own work on threads, starts lean."""
     _same_code(code)
-    return fn(plan, span, cfg)
+    try:
+        return fn(plan, span, cfg)
+    finally:
+        memory.trim()
 
 
 @task(name="shards", **_TASK_OPTIONS)

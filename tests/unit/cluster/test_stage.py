@@ -217,8 +217,8 @@ def _judge_every_pair(titles: list[str], brands: list[str | None] | None = None,
     pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
     candidates = pl.DataFrame({"a": pairs[:, 0], "b": pairs[:, 1], S.SIGNAL: "minhash"})
     cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False, **knobs}).cluster
-    context, cosine = cluster_verify.judging(cfg, candidates, nodes, attrs, None)
-    return nodes, attrs, pairs, cluster_verify.verify(context, cosine, candidates)
+    context = cluster_verify.judging(cfg, candidates, nodes, attrs, None)
+    return nodes, attrs, pairs, cluster_verify.verify(context, None, candidates)
 
 
 def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:

@@ -25,7 +25,8 @@ TITLES = [
 
 def _verified(cfg, candidates, nodes, attrs, vectors, features=None):
     """`verify` of the candidates, judged as the cluster stage judges them."""
-    context, cosine = cluster_verify.judging(cfg, candidates, nodes, attrs, vectors)
+    cosine = None if vectors is None else cluster_verify.pair_cosines(candidates, vectors)
+    context = cluster_verify.judging(cfg, candidates, nodes, attrs, cosine)
     return cluster_verify.verify(context, cosine, candidates, features)
 
 

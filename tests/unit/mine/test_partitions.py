@@ -13,6 +13,7 @@ from pairsieve.errors import PairsieveError
 from pairsieve.mine import deepen, partitions
 from pairsieve.mine import stage as mine
 from pairsieve.mine.reuse import PreviousMining, titles_and_products
+from pairsieve.vectors.knn import VectorFile
 from tests.maps import in_processes
 from tests.unit.mine.test_stage import CATALOG, deepening_case, frames
 
@@ -62,6 +63,21 @@ def test_a_partition_reads_the_plan_back_from_disk(monkeypatch, tmp_path):
     assert read.positives.equals(positives) and read.products.equals(products)
     again = [partitions.mine_partition(str(folder), span, cfg) for span in [(0, 1), (1, 2)]]
     _mined_equal(partitions.gather(again), partitions.gather(held))
+
+
+def test_listing_vectors_read_from_the_plan_file_give_the_rows_of_those_in_memory(
+    monkeypatch, tmp_path
+):
+    retrieval, positives, cfg = deepening_case()
+    products = frames({}, {})[2]
+    monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)
+    whole = deepen.mine_pairs(retrieval, positives, products, cfg.mine, cfg.seed)
+    assert len(whole.rounds) > 1, "a query must be mined again below the margin (a scan)"
+    lean = partitions.listings_on_disk(retrieval, tmp_path)
+    assert isinstance(lean.listing_vectors, VectorFile)
+    assert (lean.listing_vectors[0 : len(lean.listing_vectors)] == retrieval.listing_vectors).all()
+    mined, _ = partitions.mine_mapped(lean, positives, products, cfg, tmp_path)
+    _mined_equal(mined, whole)
 
 
 def test_the_partition_size_must_be_a_multiple_of_the_batch():
