@@ -16,6 +16,9 @@ links to the earlier stages:
 For each step or marked function: how often it ran, its seconds, the highest resident set while
 it ran and the most it rose above where it started.
 
+``--previous BUILD`` runs the stage as a day 2 against the build folder ``BUILD`` (with ``--run``
+the same folder, an unchanged day 2: every title settled, every previous pair reused).
+
 ``--worker`` maps each step's partitions in a fresh child process instead, one after the other,
 which reads the plan from its files as a Dask or Ray worker does: its peak resident set per
 mapped step is what a worker of that step needs (the stage's own process still holds whatever
@@ -169,6 +172,7 @@ def main() -> None:
     parser.add_argument("--mark", action="append", default=[], metavar="MODULE:FUNCTION")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--worker", action="store_true", help="map spans in a child process")
+    parser.add_argument("--previous", type=Path, help="a build folder: day 2 against it")
     args = parser.parse_args()
     # Here, not at the top: a --worker child imports this module, and should import no more
     # than a worker would (the span's own modules), not the whole pipeline.
@@ -190,7 +194,8 @@ def main() -> None:
             pass
         child_map = ChildMap() if args.worker else None
         map_spans = child_map or partitions.map_here
-        getattr(steps, f"{args.stage}_step")(cfg, args.out, map_spans=map_spans)
+        day_two = {} if args.previous is None else {"previous": args.previous}
+        getattr(steps, f"{args.stage}_step")(cfg, args.out, map_spans=map_spans, **day_two)
         with timeline.span("end"):
             pass
     timeline.running = False

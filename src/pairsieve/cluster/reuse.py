@@ -22,23 +22,30 @@ unchanged title goes to the list it went to then (`knn.IvfLayout`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster.verify import INFORMATIVE
+from pairsieve.core import io
+from pairsieve.core import partitions as parts
 from pairsieve.core.contract import load_result
 from pairsieve.core.layout import RunLayout
+from pairsieve.core.partitions import Span
 from pairsieve.text import attributes as text
 
 if TYPE_CHECKING:
+    from pairsieve.cluster.neighbours import Mapper
     from pairsieve.vectors import knn
 
 _NODE = "_node"
+STEP = "reusing the previous build's pairs"
+REUSE_ROWS = 1 << 22  # previous pairs a task maps onto today's titles (~0.3 GB of rows at most)
 # pairs.parquet columns a reused pair needs; written by this version of the cluster stage.
 PAIR_COLUMNS = (
     S.LISTING_A,
@@ -62,10 +69,10 @@ def _identity(listings: pl.DataFrame) -> pl.DataFrame:
 
 @dataclass(frozen=True)
 class PreviousClustering:
-    """The previous build's listings and scored pairs, read from its folder."""
+    """The previous build's listings, read from its folder, and where its scored pairs are."""
 
     listings: pl.DataFrame  # listing_id, title, brand (when the catalog has one)
-    pairs: pl.DataFrame  # PAIR_COLUMNS
+    pairs: Path  # its pairs.parquet (PAIR_COLUMNS are read), a span of rows at a time
     ivf: knn.IvfLayout | None = None  # its kNN index's IVF layout, if it had one
 
     @staticmethod
@@ -87,7 +94,7 @@ class PreviousClustering:
         columns = [c for c in (S.LISTING_ID, S.TITLE, S.BRAND) if c in present]
         return PreviousClustering(
             pl.read_parquet(listings_path, columns=columns),
-            pl.read_parquet(pairs_path, columns=list(PAIR_COLUMNS)),
+            pairs_path,
             knn.IvfLayout.read(layout.stage_dir("cluster")),
         )
 
@@ -116,25 +123,84 @@ class PreviousClustering:
         out[hit] = True
         return out
 
-    def pairs_between(self, nodes: pl.DataFrame, settled: np.ndarray) -> pl.DataFrame:
+    def pairs_between(
+        self, nodes: pl.DataFrame, settled: np.ndarray, cfg: Any, mapper: Mapper | None = None
+    ) -> pl.LazyFrame:
         """The previous pairs between two settled nodes, as scored node pairs (a < b) with the
-        columns `cluster.verify.verify` gives."""
-        node = np.flatnonzero(settled).astype(np.int64)
+        columns `cluster.verify.verify` gives, in the previous file's order. With ``mapper``
+        the previous pairs are mapped a span of ``REUSE_ROWS`` rows at a time on its runner
+        (``cfg.runner``), so no process holds all of them (3.2e7 at 10^6 listings); without,
+        they are read here at once."""
         reps = nodes[S.LISTING_ID].filter(pl.Series(settled))
-        at_a = positions(self.pairs[S.LISTING_A], reps)
-        at_b = positions(self.pairs[S.LISTING_B], reps)
-        keep = (at_a >= 0) & (at_b >= 0) & (at_a != at_b)
-        a, b = node[at_a[keep]], node[at_b[keep]]
-        return self.pairs.filter(pl.Series(keep)).select(
-            pl.Series("a", np.minimum(a, b)),
-            pl.Series("b", np.maximum(a, b)),
-            S.SIGNAL,
-            S.JACCARD,
-            S.COSINE,
-            pl.col(S.LINK_SCORE).alias("score"),
-            S.ACCEPTED,
-            S.VETO_REASON,
-        )
+        plan = SettledTitles(str(self.pairs), reps, np.flatnonzero(settled).astype(np.int64))
+        if mapper is None:
+            return between(plan, pl.read_parquet(self.pairs, columns=list(PAIR_COLUMNS))).lazy()
+        folder = plan.write(mapper.folder / "reuse-plan")
+        rows = pl.scan_parquet(self.pairs).select(pl.len()).collect().item()
+        try:
+            files = mapper.map_spans(
+                between_span, str(folder), parts.spans(rows, REUSE_ROWS), cfg, STEP
+            )
+        finally:
+            parts.forget(folder)
+        return pl.scan_parquet(files)
+
+
+@dataclass(frozen=True)
+class SettledTitles:
+    """What every span of the previous pairs is mapped with: the previous build's pairs file,
+    and today's settled titles as their representative listing ids and node numbers."""
+
+    pairs: str
+    reps: pl.Series
+    node: np.ndarray
+
+    def write(self, folder: Path) -> Path:
+        """Write the plan into ``folder`` and hold it in this process."""
+        frame = pl.DataFrame({S.LISTING_ID: self.reps, _NODE: self.node})
+        io.write_parquet(frame, folder / "settled.parquet")
+        io.write_json({"pairs": self.pairs}, folder / "plan.json")
+        parts.hold(folder, self)
+        return folder
+
+    @staticmethod
+    def read(folder: Path) -> SettledTitles:
+        settled = pl.read_parquet(folder / "settled.parquet")
+        pairs = json.loads((folder / "plan.json").read_text())["pairs"]
+        return SettledTitles(pairs, settled[S.LISTING_ID], settled[_NODE].to_numpy())
+
+
+def between(plan: SettledTitles, rows: pl.DataFrame) -> pl.DataFrame:
+    """The ``rows`` of the previous pairs (PAIR_COLUMNS) whose two listings represent two
+    distinct settled titles, as node pairs (a < b) with their recorded judgement."""
+    at_a = positions(rows[S.LISTING_A], plan.reps)
+    at_b = positions(rows[S.LISTING_B], plan.reps)
+    keep = (at_a >= 0) & (at_b >= 0) & (at_a != at_b)
+    a, b = plan.node[at_a[keep]], plan.node[at_b[keep]]
+    return rows.filter(pl.Series(keep)).select(
+        pl.Series("a", np.minimum(a, b)),
+        pl.Series("b", np.maximum(a, b)),
+        S.SIGNAL,
+        S.JACCARD,
+        S.COSINE,
+        pl.col(S.LINK_SCORE).alias("score"),
+        S.ACCEPTED,
+        S.VETO_REASON,
+    )
+
+
+def between_span(plan: str, span: Span, cfg: Any) -> str:
+    """A mapped span: `between` of the previous pairs at rows ``span``, into a file beside the
+    plan folder named by the span (a retried span writes the same file again)."""
+    titles = parts.held(plan, SettledTitles.read)
+    rows = (
+        pl.scan_parquet(titles.pairs)
+        .select(list(PAIR_COLUMNS))
+        .slice(span[0], span[1] - span[0])
+        .collect()
+    )
+    path = Path(plan).parent / f"reused-{span[0]:010d}.parquet"
+    return str(io.write_parquet(between(titles, rows), path))
 
 
 def positions(values: pl.Series, table: pl.Series) -> np.ndarray:

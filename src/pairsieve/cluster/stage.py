@@ -287,8 +287,8 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
     if not tuning:
         del cosine  # rejudge reads it when tuning
     if unsettled is not None:
-        reused = previous.pairs_between(nodes, ~unsettled)
-        details["reused_pairs"] = len(reused)
+        reused = previous.pairs_between(nodes, ~unsettled, cfg, mapper)
+        details["reused_pairs"] = reused.select(pl.len()).collect().item()
         scored = _with_reused(scored, reused)
 
     def rejudge(lifted: tuple[str, ...]) -> pl.DataFrame:
@@ -301,12 +301,12 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
     return _Judgement(frame, nodes, scored, kept, ivf, by_signal, details, timings)
 
 
-def _with_reused(scored: pl.LazyFrame, reused: pl.DataFrame) -> pl.LazyFrame:
+def _with_reused(scored: pl.LazyFrame, reused: pl.LazyFrame) -> pl.LazyFrame:
     """The judged pairs and the previous build's pairs between unchanged titles, in (a, b)
     order as a full build has them: sorted on one int64 key, ~2x faster than on two columns for
     the 3e7 pairs of 10^6 listings (agglomerate is 2x slower unsorted)."""
     key = (pl.col("a").cast(pl.Int64) * (1 << 32) + pl.col("b")).alias("_key")
-    return pl.concat([scored, reused.cast(scored.collect_schema()).lazy()]).sort(key)
+    return pl.concat([scored, reused.cast(scored.collect_schema())]).sort(key)
 
 
 def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
@@ -328,8 +328,9 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     tune the vetoes and thresholds to the answers in them (`cluster.labelled`); every pair is
     then judged afresh, as a lifted veto changes pairs ``previous`` settled. ``mapper`` maps
     the kNN search over partitions of titles (`cluster.neighbours`), the verification over
-    spans of candidates (`cluster.verify`) and the linkage over groups of components
-    (`cluster.link_groups`)."""
+    spans of candidates (`cluster.verify`), the linkage over groups of components
+    (`cluster.link_groups`) and the reuse of ``previous``'s pairs over spans of them
+    (`cluster.reuse`)."""
     c = cfg.cluster
     started = time.perf_counter()
     tuning = bool(label_files)

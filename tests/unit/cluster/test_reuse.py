@@ -7,13 +7,17 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pytest
 
 from pairsieve import schemas as S
+from pairsieve.cluster import reuse
 from pairsieve.cluster import stage as cluster
+from pairsieve.cluster.neighbours import Mapper
 from pairsieve.cluster.reuse import PreviousClustering, positions, touching
-from pairsieve.config import load_config
+from pairsieve.config import PairsieveConfig, load_config
 from pairsieve.core import io
 from pairsieve.mine.reuse import PreviousMining
+from tests import maps
 from tests.paths import SAMPLE_DIR
 from tests.unit.mine.test_reuse import mined_rows
 
@@ -28,8 +32,7 @@ def _settled(before: pl.DataFrame, today: pl.DataFrame) -> dict[str, bool]:
     """{representative listing id: settled} for today's nodes."""
     frame = cluster.prepare(today)
     nodes = cluster.node_table(frame)
-    empty = pl.DataFrame(schema={c: pl.String for c in ("listing_a", "listing_b")})
-    settled = PreviousClustering(before, empty).settled(frame, nodes)
+    settled = PreviousClustering(before, Path("never-read.parquet")).settled(frame, nodes)
     return dict(zip(nodes[S.LISTING_ID].to_list(), settled.tolist(), strict=True))
 
 
@@ -84,35 +87,70 @@ def test_positions_find_each_value_in_the_table_as_a_string_join_does():
     assert positions(pl.Series([], dtype=pl.String), table).shape == (0,)
 
 
-def test_pairs_between_settled_nodes_are_mapped_onto_todays_nodes():
+def test_pairs_between_settled_nodes_are_mapped_onto_todays_nodes(tmp_path):
     frame = cluster.prepare(
         _catalog([("x", "Nikon Z6 II body"), ("y", "Nikon Z 6II body"), ("z", "Canon R6 body")])
     )
     nodes = cluster.node_table(frame)
-    previous = PreviousClustering(
-        pl.DataFrame(schema={S.LISTING_ID: pl.String, S.TITLE: pl.String}),
-        pl.DataFrame(
-            {
-                S.LISTING_A: ["y", "x"],
-                S.LISTING_B: ["z", "y"],
-                S.SIGNAL: ["embedding", "minhash"],
-                S.JACCARD: [0.1, 0.5],
-                S.COSINE: [0.4, 0.9],
-                S.LINK_SCORE: [0.05, 0.8],
-                S.ACCEPTED: [False, True],
-                S.VETO_REASON: ["model_code_conflict", None],
-            }
-        ),
+    pairs = pl.DataFrame(
+        {
+            S.LISTING_A: ["y", "x"],
+            S.LISTING_B: ["z", "y"],
+            S.SIGNAL: ["embedding", "minhash"],
+            S.JACCARD: [0.1, 0.5],
+            S.COSINE: [0.4, 0.9],
+            S.LINK_SCORE: [0.05, 0.8],
+            S.ACCEPTED: [False, True],
+            S.VETO_REASON: ["model_code_conflict", None],
+        }
     )
+    listings = pl.DataFrame(schema={S.LISTING_ID: pl.String, S.TITLE: pl.String})
+    previous = PreviousClustering(listings, io.write_parquet(pairs, tmp_path / S.PAIRS_FILE))
     index = {lid: i for i, lid in enumerate(nodes[S.LISTING_ID].to_list())}
     settled = np.ones(len(nodes), dtype=bool)
-    mapped = previous.pairs_between(nodes, settled).sort("a", "b")
+    cfg = PairsieveConfig()
+    mapped = previous.pairs_between(nodes, settled, cfg).collect().sort("a", "b")
     assert mapped.select("a", "b").rows() == sorted(
         [tuple(sorted((index["y"], index["z"]))), tuple(sorted((index["x"], index["y"])))]
     )
     assert set(mapped["score"]) == {0.05, 0.8}
     settled[index["z"]] = False
-    assert previous.pairs_between(nodes, settled)["score"].to_list() == [0.8]
+    assert previous.pairs_between(nodes, settled, cfg).collect()["score"].to_list() == [0.8]
+
+
+@pytest.mark.parametrize("runs", [maps.from_disk, maps.in_processes])
+def test_pairs_between_mapped_over_spans_of_the_previous_pairs_are_the_pairs_of_one_read(
+    monkeypatch, tmp_path, runs
+):
+    rng = np.random.default_rng(4)
+    ids = [f"L{i:04d}" for i in range(60)]
+    titles = [f"product {i % 20} model x{i}" for i in range(60)]
+    frame = cluster.prepare(pl.DataFrame({S.LISTING_ID: ids, S.TITLE: titles}))
+    nodes = cluster.node_table(frame)
+    a, b = rng.integers(0, 70, 500), rng.integers(0, 70, 500)  # some ids left the catalog
+    pairs = pl.DataFrame(
+        {
+            S.LISTING_A: [f"L{i:04d}" for i in a],
+            S.LISTING_B: [f"L{i:04d}" for i in b],
+            S.SIGNAL: "minhash",
+            S.JACCARD: rng.random(500),
+            S.COSINE: rng.random(500),
+            S.LINK_SCORE: rng.random(500),
+            S.ACCEPTED: rng.random(500) < 0.5,
+            S.VETO_REASON: None,
+        },
+        schema_overrides={S.VETO_REASON: pl.String},
+    )
+    previous = PreviousClustering(frame, io.write_parquet(pairs, tmp_path / S.PAIRS_FILE))
+    settled = rng.random(len(nodes)) < 0.8
+    cfg = PairsieveConfig()
+    whole = previous.pairs_between(nodes, settled, cfg).collect()
+    monkeypatch.setattr(reuse, "REUSE_ROWS", 64)  # eight spans
+    mapper = Mapper(tmp_path / "partitions", runs)
+    mapped = previous.pairs_between(nodes, settled, cfg, mapper).collect()
+    assert mapped.equals(whole)
+    assert 0 < len(whole) < 500
+    assert len(list((tmp_path / "partitions").glob("reused-*.parquet"))) == 8
 
 
 def test_day_two_of_an_unchanged_catalog_reproduces_day_one_and_a_new_copy_joins_its_product(
@@ -122,7 +160,7 @@ def test_day_two_of_an_unchanged_catalog_reproduces_day_one_and_a_new_copy_joins
     catalog = pl.read_parquet(sample).sort(S.LISTING_ID).head(400)
     cfg = load_config(None, {"cache_dir": str(session_cache_dir)})
     cluster.run(cfg, cluster.Inputs(catalog), tmp_path / "day1", encoder=encoder)
-    previous = PreviousClustering(catalog, pl.read_parquet(tmp_path / "day1" / S.PAIRS_FILE))
+    previous = PreviousClustering(catalog, tmp_path / "day1" / S.PAIRS_FILE)
     same = cluster.Inputs(catalog)
     result = cluster.run(cfg, same, tmp_path / "same", encoder=encoder, previous=previous)
     assert result.details["settled_nodes"] == len(cluster.node_table(cluster.prepare(catalog)))
