@@ -13,6 +13,7 @@ or the number of workers.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -63,8 +64,11 @@ class Plan:
         r = self.retrieval
         r.index.write(folder / "index")
         np.save(folder / "query_vectors.npy", r.query_vectors)
-        if not isinstance(r.listing_vectors, VectorFile):  # else already there (`listings_on_disk`)
-            np.save(folder / _LISTING_VECTORS, r.listing_vectors)
+        vectors, target = r.listing_vectors, folder / _LISTING_VECTORS
+        if not isinstance(vectors, VectorFile):
+            np.save(target, vectors)
+        elif Path(vectors.path) != target:  # the plan's own file is there (`listings_on_disk`)
+            shutil.copyfile(vectors.path, target)
         io.write_parquet(
             pl.DataFrame({S.QUERY: r.queries}, {S.QUERY: pl.String}), folder / "queries.parquet"
         )

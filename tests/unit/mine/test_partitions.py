@@ -78,6 +78,11 @@ def test_listing_vectors_read_from_the_plan_file_give_the_rows_of_those_in_memor
     assert (lean.listing_vectors[0 : len(lean.listing_vectors)] == retrieval.listing_vectors).all()
     mined, _ = partitions.mine_mapped(lean, positives, products, cfg, tmp_path)
     _mined_equal(mined, whole)
+    # A plan written elsewhere gets its own copy of the file.
+    elsewhere = partitions.Plan(lean, positives, products).write(tmp_path / "elsewhere")
+    parts.forget(elsewhere)
+    copied = partitions.Plan.read(elsewhere).retrieval.listing_vectors
+    assert (copied[0 : len(copied)] == retrieval.listing_vectors).all()
 
 
 def test_the_partition_size_must_be_a_multiple_of_the_batch():
