@@ -4,13 +4,15 @@
 For each of the five benchmark catalogs, the default clustering is made (truth hidden), and
 ``--draws`` times ``--n`` of its judged candidate pairs are drawn as `pairsieve label sample
 --run` draws them (strata of p_same within `sample.build_groups`; seed = draw number) and labelled
-by the catalog's truth standing in for a person. `adapt.choose` picks a setting from those
-labels alone; the clustering with that setting is then scored against the truth. Two-shop
+by the catalog's truth standing in for a person. The pair model is refitted to those labels
+(`cluster.labelled.refitted_model`) and `adapt.choose` picks a setting, the shipped or the
+refitted model among its knobs, from those labels alone; the clustering with that setting is
+then scored against the truth. Two-shop
 catalogs are sampled and scored on cross-shop pairs only (their truth says nothing inside a
 shop). Nothing fitted sees the measured catalog's truth except through the drawn labels.
 
     cd benchmarks && ../.venv/bin/python adapt.py --data-root ../../shared/data \
-        [--n 300] [--draws 10] [--catalogs pricerunner,alaska-cameras]
+        [--n 300] [--draws 10] [--catalogs pricerunner,alaska-cameras] [--no-refit]
 
 Prints a markdown table for benchmarks/RESULTS.md.
 """
@@ -27,7 +29,8 @@ from fit_verifier import Run  # noqa: E402 - the sibling benchmark's clustering 
 
 from pairsieve import schemas as S
 from pairsieve.cluster.calibration import load_calibration
-from pairsieve.cluster.labelled import Clusterings
+from pairsieve.cluster.labelled import Clusterings, refitted_model
+from pairsieve.cluster.verifier import PairModel
 from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
@@ -35,8 +38,8 @@ from pairsieve.labels import adapt, sample
 
 
 class Catalog:
-    """One catalog's clusterings, one per set of lifted vetoes (candidates are the same in all),
-    and the pairs a simulated labeller can answer."""
+    """One catalog's clusterings, one per set of lifted vetoes (candidates and pair features
+    are the same in all), and the pairs a simulated labeller can answer."""
 
     def __init__(self, name: str, data_root: Path) -> None:
         bench = BENCHMARKS[name]
@@ -47,10 +50,8 @@ class Catalog:
         base = self.run(())
         self.score = base.scored["score"].to_numpy()
         self.answerable = np.flatnonzero(base.labelled)
-        counts = base.result.nodes["count"].to_numpy()
-        self.clusterings = Clusterings(
-            counts, base.scored, (), lambda lifted: self.run(lifted).scored
-        )
+        self.counts = base.result.nodes["count"].to_numpy()
+        self.clusterings = Clusterings(self.counts, base.scored, (), self.verified)
 
     def run(self, lifted: tuple[str, ...]) -> Run:
         if lifted not in self.runs:
@@ -58,8 +59,21 @@ class Catalog:
             self.runs[lifted] = Run(cfg, self.catalog, self.source)
         return self.runs[lifted]
 
+    def verified(self, lifted: tuple[str, ...], model: PairModel | None) -> pl.DataFrame:
+        """The candidates judged with ``lifted`` vetoes by ``model`` (None: shipped)."""
+        scored = self.run(lifted).scored
+        if model is None:
+            return scored
+        return scored.with_columns(pl.Series("score", model.probability(self.runs[()].features)))
+
+    def features(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        return {k: v[rows] for k, v in self.runs[()].features.items()}
+
     def merged_by(self, setting: adapt.Setting) -> np.ndarray:
-        """Which answerable pairs ``setting`` puts in one product (cached per setting)."""
+        """Which answerable pairs ``setting`` puts in one product (cached per shipped-model
+        setting)."""
+        if setting.pair_model != adapt.SHIPPED:
+            return self.clusterings.merged(setting)[self.answerable]
         if setting not in self.merged:
             self.merged[setting] = self.clusterings.merged(setting)[self.answerable]
         return self.merged[setting]
@@ -69,17 +83,30 @@ class Catalog:
         listing = self.clusterings.labels(setting)[base.result.frame["_node"].to_numpy()]
         return base._score(listing, None).pairwise_f1
 
+    def refit_to(self, labelled: adapt.Labelled, allowed: bool) -> tuple[str, ...]:
+        """Refit the pair model to ``labelled`` (rows of the answerable pairs) if ``allowed``:
+        the pair models a setting may then choose from."""
+        if not allowed:
+            return (adapt.SHIPPED,)
+        rows = self.answerable[labelled.rows]
+        on_pairs = adapt.Labelled(rows, labelled.label, labelled.weight)
+        refitted = refitted_model(on_pairs, self.runs[()].vetoed, self.features)
+        self.clusterings.models[adapt.REFIT] = refitted
+        for key in [k for k in self.clusterings.verified if k[1] == adapt.REFIT]:
+            del self.clusterings.verified[key]
+        return (adapt.SHIPPED,) if refitted is None else (adapt.SHIPPED, adapt.REFIT)
+
 
 def population(cat: Catalog) -> adapt.Population:
     base = cat.runs[()]
     keep = cat.answerable
     p_same = load_calibration().p_same(cat.score, base.vetoed)
-    reason = base.scored[S.VETO_REASON].fill_null("").to_numpy().astype(str)
+    reason = base.scored[S.VETO_REASON].cast(pl.String).fill_null("").to_numpy().astype(str)
     return adapt.Population(p_same[keep], cat.score[keep], reason[keep])
 
 
 def draws(
-    cat: Catalog, n: int, count: int, default: adapt.Setting
+    cat: Catalog, n: int, count: int, default: adapt.Setting, refit: bool = True
 ) -> list[tuple[float, adapt.Adaptation]]:
     """(listing pairwise F1, adaptation) of ``count`` draws of ``n`` simulated labels."""
     pop = population(cat)
@@ -97,7 +124,8 @@ def draws(
         drawn = sample.draw(frame, n, seed, by="group", shares=sample.BUILD_SHARES)
         rows = drawn["pair_id"].cast(pl.Int64).to_numpy()
         labelled = adapt.Labelled(rows, truth[rows], drawn["weight"].to_numpy())
-        found = adapt.choose(pop, labelled, cat.merged_by, default)
+        models = cat.refit_to(labelled, refit)
+        found = adapt.choose(pop, labelled, cat.merged_by, default, models=models)
         out.append((cat.f1(found.chosen), found))
     return out
 
@@ -108,6 +136,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--draws", type=int, default=10)
     parser.add_argument("--catalogs", default=",".join(BENCHMARKS))
+    parser.add_argument(
+        "--no-refit", action="store_true", help="tune the knobs only, never refit the pair model"
+    )
     args = parser.parse_args()
     c = PairsieveConfig().cluster
     default = adapt.Setting(
@@ -115,23 +146,25 @@ def main() -> None:
     )
     print(
         "| catalog | default F1 | adapted F1, mean | gain: mean | min | max "
-        "| default kept | lifted most often |"
+        "| default kept | refit chosen | lifted most often |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     gains = []
     for name in args.catalogs.split(","):
         started = time.perf_counter()
         cat = Catalog(name, args.data_root)
         before = cat.f1(default)
-        found = draws(cat, args.n, args.draws, default)
+        found = draws(cat, args.n, args.draws, default, refit=not args.no_refit)
         gain = np.array([f1 - before for f1, _ in found])
         gains.append(gain.mean())
         kept = sum(a.chosen == default for _, a in found)
+        refits = sum(a.chosen.pair_model == adapt.REFIT for _, a in found)
         lifts = pl.Series([r for _, a in found for r in a.chosen.lifted_vetoes], dtype=pl.String)
         common = ", ".join(f"{r} ({k})" for r, k in lifts.value_counts(sort=True).iter_rows())
         print(
             f"| {name} | {before:.3f} | {before + gain.mean():.3f} | **{gain.mean():+.3f}** "
-            f"| {gain.min():+.3f} | {gain.max():+.3f} | {kept} of {len(found)} | {common or '-'} "
+            f"| {gain.min():+.3f} | {gain.max():+.3f} | {kept} of {len(found)} "
+            f"| {refits} of {len(found)} | {common or '-'} "
             f"| ({time.perf_counter() - started:.0f} s)",
             flush=True,
         )

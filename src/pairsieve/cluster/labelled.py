@@ -6,8 +6,9 @@ label sample --run` wrote them from a build of the same catalog). Each is matche
 pair it joins; answers that match no judged pair of this clustering are counted, never dropped
 silently. The sample was stratified by ``p_same`` and by whether the build merged the pair, so the
 answers are weighted by the same strata over this clustering's pairs (as the report's estimates
-are). Judging a setting that lifts a veto needs the pairs verified again under it: that is one
-more pass of verification per distinct set of lifted vetoes.
+are). Judging a setting that lifts a veto, or that judges by the pair model refitted to the
+labels (`pairsieve.labels.refit`), needs the pairs verified again under it: one more pass of
+verification per distinct (lifted vetoes, pair model).
 """
 
 from __future__ import annotations
@@ -23,11 +24,40 @@ from pairsieve import schemas as S
 from pairsieve.cluster import linkage
 from pairsieve.cluster.calibration import load_calibration
 from pairsieve.cluster.candidates import NODE, listing_nodes
-from pairsieve.cluster.verify import resolved_link_threshold
+from pairsieve.cluster.verifier import PairModel, load_model
+from pairsieve.cluster.verify import judging, resolved_link_threshold, verify
 from pairsieve.config import ClusterConfig
 from pairsieve.errors import PairsieveError
-from pairsieve.labels import adapt, sample
+from pairsieve.labels import adapt, refit, sample
 from pairsieve.labels.store import answered
+
+VerifyWith = Callable[[tuple[str, ...], PairModel | None], pl.DataFrame]
+
+
+@dataclass(frozen=True)
+class Rejudge:
+    """What judging the candidates again reads: every title's attributes, the candidate pairs
+    and their cosines (the stage keeps them only when tuning to labels)."""
+
+    cfg: ClusterConfig
+    candidates: pl.DataFrame
+    nodes: pl.DataFrame
+    attrs: list
+    cosine: np.ndarray
+
+    def __call__(self, lifted: tuple[str, ...], model: PairModel | None = None) -> pl.DataFrame:
+        """Every candidate judged with the vetoes ``lifted`` by ``model`` (None: shipped)."""
+        cfg = self.cfg.model_copy(update={"lifted_vetoes": lifted})
+        context = judging(cfg, self.candidates, self.nodes, self.attrs, self.cosine, model)
+        return verify(context, self.cosine, self.candidates)
+
+    def features(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The pair model's features of the candidates ``rows`` (a node's best cosine is still
+        over all candidates)."""
+        context = judging(self.cfg, self.candidates, self.nodes, self.attrs, self.cosine)
+        found: dict[str, np.ndarray] = {}
+        verify(context, self.cosine[rows], self.candidates[rows], found)
+        return found
 
 
 @dataclass
@@ -66,27 +96,40 @@ def _weighted(rows: np.ndarray, label: np.ndarray, p: np.ndarray, groups: np.nda
 
 class Clusterings:
     """The clustering of one catalog's judged pairs under any setting; the pairs are verified
-    once per set of lifted vetoes."""
+    once per (lifted vetoes, pair model). ``refitted`` is the `adapt.REFIT` pair model."""
 
     def __init__(
         self,
         counts: np.ndarray,
         scored: pl.DataFrame,
         lifted: tuple[str, ...],
-        verify_with: Callable[[tuple[str, ...]], pl.DataFrame],
+        verify_with: VerifyWith,
+        refitted: PairModel | None = None,
     ) -> None:
         self.counts = counts
-        self.verified = {lifted: scored}
+        self.verified = {(lifted, adapt.SHIPPED): scored}
         self.verify_with = verify_with
+        self.models = {adapt.SHIPPED: None, adapt.REFIT: refitted}
         self.a, self.b = scored["a"].to_numpy(), scored["b"].to_numpy()
 
+    def _verified(self, lifted: tuple[str, ...], model: str) -> pl.DataFrame:
+        if (lifted, model) not in self.verified:
+            self.verified[lifted, model] = self.verify_with(lifted, self.models[model])
+        return self.verified[lifted, model]
+
     def judged(self, setting: adapt.Setting) -> pl.DataFrame:
-        """The pairs as ``setting`` judges them: its vetoes, and accepted from its threshold."""
-        if setting.lifted_vetoes not in self.verified:
-            self.verified[setting.lifted_vetoes] = self.verify_with(setting.lifted_vetoes)
-        rows = self.verified[setting.lifted_vetoes]
+        """The pairs as ``setting`` judges them: its vetoes, its pair model's score, accepted
+        from its threshold. A refitted model's pairs carry the shipped model's calibrated
+        ``p_same`` (the report's estimates and a label sample read that probability)."""
+        rows = self._verified(setting.lifted_vetoes, setting.pair_model)
         ok = rows[S.VETO_REASON].is_null() & (pl.col("score") >= setting.accept_probability)
-        return rows.with_columns(ok.alias(S.ACCEPTED))
+        rows = rows.with_columns(ok.alias(S.ACCEPTED))
+        if setting.pair_model == adapt.SHIPPED:
+            return rows
+        shipped = self._verified(setting.lifted_vetoes, adapt.SHIPPED)
+        vetoed = shipped[S.VETO_REASON].is_not_null().to_numpy()
+        p_same = load_calibration().p_same(shipped["score"].to_numpy(), vetoed)
+        return rows.with_columns(pl.Series(S.P_SAME, p_same))
 
     def labels(self, setting: adapt.Setting) -> np.ndarray:
         """(nodes,) cluster label per node under ``setting``."""
@@ -127,16 +170,17 @@ def tune(
     frame: pl.DataFrame,
     counts: np.ndarray,
     scored: pl.DataFrame,
-    verify_with: Callable[[tuple[str, ...]], pl.DataFrame],
+    rejudge: Rejudge,
 ) -> Tuned:
     """The setting the answered labels in ``files`` choose, and the pairs judged under it;
-    ``verify_with(lifted)`` verifies the candidates again with those vetoes lifted.
+    ``rejudge`` verifies the candidates again (other vetoes lifted, another pair model) and
+    gives the labelled pairs' features for the refit.
 
     Raises:
         PairsieveError: ``bad_config`` unless the learned pair model judges.
     """
     default = _default(cfg)
-    clusterings = Clusterings(counts, scored, default.lifted_vetoes, verify_with)
+    clusterings = Clusterings(counts, scored, default.lifted_vetoes, rejudge)
     score = scored["score"].to_numpy()
     vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()
     population = adapt.Population(
@@ -157,5 +201,28 @@ def tune(
         clusterings.merged(default), vetoed, score, default.accept_probability
     )
     labelled = _weighted(rows, hit["label"].to_numpy(), population.p_same, groups)
-    found = adapt.choose(population, labelled, clusterings.merged, default)
+    refitted = refitted_model(labelled, vetoed, rejudge.features)
+    clusterings.models[adapt.REFIT] = refitted
+    models = (adapt.SHIPPED,) if refitted is None else (adapt.SHIPPED, adapt.REFIT)
+    found = adapt.choose(population, labelled, clusterings.merged, default, models=models)
+    if refitted is not None:
+        counted["refit"] = refitted.as_json()
     return Tuned(clusterings.judged(found.chosen), found.chosen, {**counted, **found.as_json()})
+
+
+def refitted_model(
+    labelled: adapt.Labelled,
+    vetoed: np.ndarray,
+    features_of: Callable[[np.ndarray], dict[str, np.ndarray]],
+) -> PairModel | None:
+    """The shipped pair model refitted to the labelled pairs no veto holds apart (vetoed pairs
+    never reach the model), or None when they are too few or the refit does not predict
+    held-out labels better (`refit.refit_if_better`); ``features_of(rows)`` gives the model's
+    features of population rows."""
+    judged = ~vetoed[labelled.rows]
+    rows = labelled.rows[judged]
+    if len(rows) < refit.MIN_LABELS:
+        return None
+    return refit.refit_if_better(
+        load_model(), features_of(rows), labelled.label[judged], labelled.weight[judged]
+    )

@@ -29,7 +29,11 @@ class Clustered(Protocol):
 
 
 def _p_same(scored: pl.DataFrame, calibration: Calibration | None) -> pl.Series:
-    """``p_same`` of every scored pair (null without a calibration)."""
+    """``p_same`` of every scored pair: the column the pairs carry (a pair model refitted to
+    labels scores them, the shipped one's calibration gives p_same), else the calibration of
+    their score (null without a calibration)."""
+    if S.P_SAME in scored.columns:
+        return scored[S.P_SAME]
     if calibration is None:
         return pl.repeat(None, len(scored), dtype=pl.Float32, eager=True).alias(S.P_SAME)
     vetoed = scored[S.VETO_REASON].is_not_null().to_numpy()

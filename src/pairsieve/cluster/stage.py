@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
@@ -212,13 +211,13 @@ class Clustering:
 @dataclass
 class _Judgement:
     """Listings, nodes and judged candidate pairs (a query: on disk when verification was
-    mapped), before linkage; when tuning to labels, ``rejudge(lifted)`` verifies the same
-    candidates again with those vetoes lifted."""
+    mapped), before linkage; when tuning to labels, ``rejudge`` verifies the same candidates
+    again (`labelled.Rejudge`)."""
 
     frame: pl.DataFrame
     nodes: pl.DataFrame
     scored: pl.LazyFrame
-    rejudge: Callable[[tuple[str, ...]], pl.DataFrame] | None
+    rejudge: labelled.Rejudge | None
     ivf: knn.IvfLayout | None
     by_signal: dict[str, int]
     details: dict
@@ -291,13 +290,7 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
         details["reused_pairs"] = reused.select(pl.len()).collect().item()
         scored = _with_reused(scored, reused)
 
-    def rejudge(lifted: tuple[str, ...]) -> pl.DataFrame:
-        lifting = c.model_copy(update={"lifted_vetoes": lifted})
-        return verify(
-            judging(lifting, candidate_pairs, nodes, attrs, cosine), cosine, candidate_pairs
-        )
-
-    kept = rejudge if tuning else None
+    kept = labelled.Rejudge(c, candidate_pairs, nodes, attrs, cosine) if tuning else None
     return _Judgement(frame, nodes, scored, kept, ivf, by_signal, details, timings)
 
 

@@ -45,6 +45,12 @@ class PairModel:
     coef: np.ndarray  # (k,) float64
     intercept: float
 
+    def as_json(self) -> dict:
+        """The model as ``verifier.json`` spells it (features, coef, intercept)."""
+        coef = [round(float(c), 6) for c in self.coef]
+        intercept = round(self.intercept, 6)
+        return {"features": list(self.features), "coef": coef, "intercept": intercept}
+
     def probability(self, features: dict[str, np.ndarray]) -> np.ndarray:
         """(m,) float64 probability per pair from a dict of (m,) feature columns."""
         z = np.full(len(next(iter(features.values()))), self.intercept)

@@ -292,9 +292,11 @@ def judging(
     nodes: pl.DataFrame,
     attrs: list[text.Attributes],
     cosine: np.ndarray | None,
+    model: verifier.PairModel | None = None,
 ) -> Judging:
     """What every chunk of the candidates is judged with (`Judging`), given every candidate's
-    cosine (`pair_cosines`; None without embeddings)."""
+    cosine (`pair_cosines`; None without embeddings); ``model`` is the learned pair model (None:
+    the shipped one)."""
     best = None
     if cosine is not None:
         a = candidates["a"].to_numpy().astype(np.int64, copy=False)
@@ -302,7 +304,7 @@ def judging(
         best = verifier.best_cosines(len(attrs), a, b, cosine)
     columns = _AttributeColumns(attrs)
     informative = nodes[INFORMATIVE].to_numpy()
-    return Judging(cfg, columns, informative, _brand_ids(nodes), best, lifted_vetoes(cfg))
+    return Judging(cfg, columns, informative, _brand_ids(nodes), best, lifted_vetoes(cfg), model)
 
 
 def verify(
@@ -424,6 +426,7 @@ class Judging:
     brands: np.ndarray
     best: np.ndarray | None
     lifted: frozenset[str]
+    model: verifier.PairModel | None = None  # None: the shipped pair model
 
 
 def _verify_chunk(
@@ -444,7 +447,8 @@ def _verify_chunk(
     if cosine is not None and (learned or features is not None):
         signals = candidates[S.SIGNAL]
         pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, context.best)
-        probability = _learned_probability(columns, pairs, {} if features is None else features)
+        found = {} if features is None else features
+        probability = _learned_probability(columns, pairs, found, context.model)
     if learned:
         score = probability
         similar, shared = score >= cfg.accept_probability, np.zeros(len(a), dtype=bool)
@@ -482,10 +486,13 @@ def resolved_link_threshold(cfg: ClusterConfig) -> float:
 
 
 def _learned_probability(
-    columns: _AttributeColumns, pairs: verifier.PairInputs, features: dict[str, np.ndarray]
+    columns: _AttributeColumns,
+    pairs: verifier.PairInputs,
+    features: dict[str, np.ndarray],
+    model: verifier.PairModel | None,
 ) -> np.ndarray:
-    """(m,) float64 P(same product) of each pair by the shipped `verifier` model; ``features``
-    is filled with the pair features."""
+    """(m,) float64 P(same product) of each pair by ``model`` (None: the shipped `verifier`
+    model); ``features`` is filled with the pair features."""
     found = verifier.pair_features(columns.words, columns.weights, columns.has_codes, pairs)
     features.update(found)
-    return verifier.load_model().probability(features)
+    return (model or verifier.load_model()).probability(features)

@@ -5,7 +5,8 @@ Catalogs disagree on what one product is (one counts a camera body and its kits 
 another sells each as its own SKU), and no default fitted on other catalogs can know which
 granularity this one has. A few hundred labelled candidate pairs can: they estimate, for any
 setting of the clustering's knobs, the pairwise F1 over the judged candidate pairs, and the
-setting with the best estimate is chosen.
+setting with the best estimate is chosen. One of the settings' knobs is the pair model itself:
+the shipped one, or its refit to these labels (`pairsieve.labels.refit`).
 
 The estimate is model-assisted, like the report's (`pairsieve.labels.estimate`): over all
 candidate pairs, ``p_same`` counts the true pairs, and the labelled residuals (label - p_same,
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -36,14 +37,20 @@ LIFT_PRECISION = 0.5  # share of one-product pairs among a reason's would-be mer
 MIN_LIFT_LABELS = 3  # labelled pairs of a reason's would-be merges needed to judge it
 
 
+SHIPPED = "shipped"  # the pair model as shipped
+REFIT = "refit"  # the pair model refitted to the labels (`pairsieve.labels.refit`)
+
+
 @dataclass(frozen=True)
 class Setting:
-    """The knobs labels tune (their `ClusterConfig` fields of the same names)."""
+    """The knobs labels tune (their `ClusterConfig` fields of the same names) and the pair model
+    that judges (`SHIPPED` or `REFIT`)."""
 
     accept_probability: float
     link_threshold: float
     unjudged_weight: float
     lifted_vetoes: tuple[str, ...] = ()
+    pair_model: str = SHIPPED
 
 
 @dataclass(frozen=True)
@@ -123,28 +130,29 @@ def choose(
     merged_by: Callable[[Setting], np.ndarray],
     default: Setting,
     min_gain: float = MIN_GAIN,
+    models: tuple[str, ...] = (SHIPPED,),
 ) -> Adaptation:
     """The setting with the best estimated F1 among the grid of thresholds and unjudged weights,
-    with the default's lifted vetoes or those plus the labels' `proposed_lifts`; ``merged_by``
-    clusters with a setting and says which population pairs end up in one product."""
+    with the default's lifted vetoes or those plus the labels' `proposed_lifts`, judged by each
+    pair model of ``models``; ``merged_by`` clusters with a setting and says which population
+    pairs end up in one product.
+
+    ``models`` go in order of trust: the default's model first. Each later one must beat the
+    best setting so far by ``min_gain``, as any setting must beat the default: a model refitted
+    to these labels scores them better than the shipped one partly because it was fitted to
+    them."""
     lifts = proposed_lifts(population, labelled, default.accept_probability)
-    lift_sets = {default.lifted_vetoes, tuple(sorted({*default.lifted_vetoes, *lifts}))}
+    lift_sets = sorted({default.lifted_vetoes, tuple(sorted({*default.lifted_vetoes, *lifts}))})
     default_f1 = estimated_f1(population, labelled, merged_by(default))
     best, best_f1 = default, default_f1
-    grid = itertools.product(
-        sorted(lift_sets), ACCEPT_PROBABILITIES, LINK_THRESHOLDS, UNJUDGED_WEIGHTS
-    )
-    for lifted, accept, link, unjudged in grid:
-        setting = replace(
-            default,
-            accept_probability=accept,
-            link_threshold=link,
-            unjudged_weight=unjudged,
-            lifted_vetoes=lifted,
-        )
-        f1 = estimated_f1(population, labelled, merged_by(setting))
-        if f1 > best_f1:
-            best, best_f1 = setting, f1
-    if best_f1 < default_f1 + min_gain:
-        best, best_f1 = default, default_f1
+    for model in models:
+        top, top_f1 = best, -np.inf
+        grid = itertools.product(lift_sets, ACCEPT_PROBABILITIES, LINK_THRESHOLDS, UNJUDGED_WEIGHTS)
+        for lifted, accept, link, unjudged in grid:
+            setting = Setting(accept, link, unjudged, lifted, model)
+            f1 = estimated_f1(population, labelled, merged_by(setting))
+            if f1 > top_f1:
+                top, top_f1 = setting, f1
+        if top_f1 >= best_f1 + min_gain:
+            best, best_f1 = top, top_f1
     return Adaptation(best, default, best_f1, default_f1, lifts)

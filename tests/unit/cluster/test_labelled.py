@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 
 from pairsieve import schemas as S
 from pairsieve.cluster import stage as cluster
+from pairsieve.cluster.verifier import load_model
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels.pairs import pair_id
 from pairsieve.labels.store import write_labels
+from tests.paths import SAMPLE_DIR
 
 # Each camera is listed twice, once with its megapixels rounded, as marketplaces list it.
 CAMERAS = [
@@ -126,3 +129,38 @@ def test_cluster_and_eval_commands_take_labels(tmp_path, session_cache_dir) -> N
         assert result.exit_code == 0, result.output
         scores.append(json.loads(result.stdout[result.stdout.index("{") :])["pairsieve"])
     assert scores[0]["pairwise_recall"] < scores[1]["pairwise_recall"] == 1.0
+
+
+def test_labels_that_contradict_the_pair_model_refit_it(encoder, tmp_path, session_cache_dir):
+    """On the bundled sample, answers that say the opposite of the shipped model on its unvetoed
+    pairs: the refit learns them, judges the pairs, and p_same stays the shipped calibration."""
+    cfg = PairsieveConfig().with_(cache_dir=str(session_cache_dir))
+    catalog = pl.read_parquet(SAMPLE_DIR / "catalog.parquet")
+    cluster.run(cfg, cluster.Inputs(catalog), tmp_path / "plain", encoder=encoder)
+    plain = pl.read_parquet(tmp_path / "plain" / S.PAIRS_FILE)
+    judged = plain.filter(pl.col(S.SIGNAL) != "exact", pl.col(S.VETO_REASON).is_null())
+    middle = judged[S.LINK_SCORE].median()
+    low = pl.col(S.LINK_SCORE) < middle
+    asked = pl.concat(
+        [judged.filter(low).head(100), judged.filter(~low).head(100)], how="vertical"
+    ).sort(S.LISTING_A, S.LISTING_B)
+    answers = (asked[S.LINK_SCORE] < middle).to_list()  # the shipped model's ranking, reversed
+    pairs = list(zip(asked[S.LISTING_A], asked[S.LISTING_B], answers, strict=True))
+    files = (_labels(tmp_path / "labels.jsonl", pairs),)
+    tuned = cluster.run(
+        cfg, cluster.Inputs(catalog, labels=files), tmp_path / "tuned", encoder=encoder
+    )
+    found = tuned.details["labels"]
+    assert found["chosen"]["pair_model"] == "refit"
+    assert found["refit"]["features"] == list(load_model().features)
+    after = asked.join(
+        pl.read_parquet(tmp_path / "tuned" / S.PAIRS_FILE),
+        on=[S.LISTING_A, S.LISTING_B],
+        suffix="_tuned",
+    )
+    assert after.height == asked.height
+    # the refit scores the answered-same pairs above the answered-different ones
+    said_same = pl.Series(answers)
+    tuned_score = after[f"{S.LINK_SCORE}_tuned"]
+    assert tuned_score.filter(said_same).mean() > tuned_score.filter(~said_same).mean()
+    np.testing.assert_allclose(after[S.P_SAME], after[f"{S.P_SAME}_tuned"], atol=1e-6)

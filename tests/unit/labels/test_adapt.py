@@ -97,3 +97,43 @@ def test_a_sample_estimates_what_every_label_would() -> None:
             adapt.estimated_f1(population, adapt.Labelled(rows, truth[rows], weights), merged)
         )
     assert np.mean(found) == pytest.approx(exact, abs=0.01)
+
+
+def _with_a_model_that_knows(population: adapt.Population, truth: np.ndarray, flips: int):
+    """`_merged_by`, where the `adapt.REFIT` pair model scores the truth itself except for
+    ``flips`` pairs: a refit that learned the catalog."""
+    shipped = _merged_by(population)
+    knows = truth.astype(np.float64)
+    knows[:flips] = 1.0 - knows[:flips]
+    refitted = _merged_by(adapt.Population(population.p_same, knows, population.veto_reason))
+
+    def merged(setting: adapt.Setting) -> np.ndarray:
+        return (refitted if setting.pair_model == adapt.REFIT else shipped)(setting)
+
+    return merged
+
+
+def test_a_refitted_model_that_beats_the_shipped_one_is_chosen() -> None:
+    population, truth = _population()
+    merged_by = _with_a_model_that_knows(population, truth, flips=50)
+    models = (adapt.SHIPPED, adapt.REFIT)
+    found = adapt.choose(population, _everything(truth), merged_by, DEFAULT, models=models)
+    assert found.chosen.pair_model == adapt.REFIT
+    assert found.as_json()["chosen"]["pair_model"] == adapt.REFIT
+    shipped = adapt.choose(population, _everything(truth), merged_by, DEFAULT)
+    assert found.chosen_f1 >= shipped.chosen_f1 + adapt.MIN_GAIN
+
+
+def test_a_refit_must_beat_the_best_shipped_setting_by_the_margin() -> None:
+    """A refit scores the labels it was fitted to too well: it has to win by ``min_gain`` over
+    the shipped model's best setting, not over the default."""
+    population, truth = _population()
+    merged_by = _with_a_model_that_knows(population, truth, flips=400)  # a weaker refit
+    labelled = _everything(truth)
+    alone = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1, models=(adapt.REFIT,))
+    assert alone.chosen.pair_model == adapt.REFIT  # it beats the default by the margin
+    shipped = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1)
+    assert shipped.chosen_f1 < alone.chosen_f1 < shipped.chosen_f1 + 0.1
+    both = (adapt.SHIPPED, adapt.REFIT)
+    found = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1, models=both)
+    assert found.chosen == shipped.chosen
