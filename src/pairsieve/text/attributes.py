@@ -25,6 +25,13 @@ UNITS = (
     "tb|gb|mb|kb|mah|wh|mp|mpx|ghz|mhz|hz|w|kw|v|mm|cm|m|l|ml|kg|g|in|inch|mbps|gbps|rpm|db|k|p|x"
 )
 _UNIT_GLUE = rf"(\d)[\s\-]+({UNITS})\b"
+# French byte units ("16 Go", "45 Mo/s"): the same sizes as "16gb" and "45mb/s", so spelt so.
+# Not "To" (terabytes): "usb 2.0 to db25" is English.
+_FRENCH_BYTES = r"\b(\d+(?:\.\d+)?)[\s\-]?([gm])o\b"
+# A speed in bytes ("90 MB/s", "20 mb/sec", "95mb/sek."): a rate, not a size, spelt "90mbs".
+# Read as bytes, the "90mb" of "16gb ... 90mb/s" and "32gb ... 90mb/s" is a size both titles
+# share, which hides their capacity conflict.
+_BYTE_RATE = r"\b(\d+(?:\.\d+)?)\s?([kmg])b\s?/\s?s(?:ec|ek|eg)?\b\.?"
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 _SEPARATORS = r"[\s\u00a0]+"
 
@@ -36,6 +43,8 @@ def normalize_expr(expr: pl.Expr) -> pl.Expr:
         .str.to_lowercase()
         .str.replace_all(_CONTROL, " ")
         .str.replace_all(_SEPARATORS, " ")
+        .str.replace_all(_FRENCH_BYTES, "${1}${2}b")
+        .str.replace_all(_BYTE_RATE, "${1}${2}bs")
         .str.replace_all(_UNIT_GLUE, "${1}${2}")
         .str.strip_chars()
     )
@@ -53,6 +62,8 @@ def normalize(text: str) -> str:
     out = unicodedata.normalize("NFKC", text).lower()
     out = re.sub(_CONTROL, " ", out)
     out = re.sub(_SEPARATORS, " ", out)
+    out = re.sub(_FRENCH_BYTES, r"\1\2b", out)
+    out = re.sub(_BYTE_RATE, r"\1\2bs", out)
     out = re.sub(_UNIT_GLUE, r"\1\2", out)
     return out.strip()
 
@@ -93,6 +104,9 @@ _UNIT_CLASS = {
     "db": ("noise", 1.0),
     "mbps": ("rate", 1.0),
     "gbps": ("rate", 1000.0),
+    "kbs": ("rate", 0.008),  # bytes a second, in megabits a second
+    "mbs": ("rate", 8.0),
+    "gbs": ("rate", 8000.0),
     "p": ("lines", 1.0),
     "k": ("k", 1.0),
     "x": ("times", 1.0),

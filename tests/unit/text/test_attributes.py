@@ -16,6 +16,14 @@ from pairsieve.text import match
         ("Samsung  Galaxy S9\u00a0128-gb", "samsung galaxy s9 128gb"),
         ("Bosch WAW325H0GB 9 kg 1600 RPM", "bosch waw325h0gb 9kg 1600rpm"),
         ("Ｓｏｎｙ KD-49XF8096", "sony kd-49xf8096"),
+        # Altosight: French byte units, and speeds in bytes a second
+        (
+            "Carte SD Lexar SDHC 16 Go premium 300x 45 Mo/s",
+            "carte sd lexar sdhc 16gb premium 300x 45mbs",
+        ),
+        ("SanDisk Extreme 32GB (bis zu 90MB/Sek.)", "sandisk extreme 32gb (bis zu 90mbs)"),
+        # Walmart-Amazon: "to" between connectors is English, not terabytes
+        ("Sabrent USB 2.0 to DB25F Parallel Cable", "sabrent usb 2.0 to db25f parallel cable"),
     ],
 )
 def test_normalize_glues_units_and_keeps_digits(raw: str, want: str) -> None:
@@ -98,6 +106,16 @@ def test_code_suffixes_are_compatible(a: str, b: str) -> None:
 )
 def test_conflicts_name_their_reason(left: str, right: str, reason: str) -> None:
     assert match.conflict(attrs(left), attrs(right)) == reason
+
+
+def test_a_shared_speed_does_not_hide_a_capacity_conflict() -> None:
+    """Abt-Buy: the same card line in two sizes, at one speed. Read as a size, "20 mb" would be
+    a size both titles share."""
+    two = attrs("Panasonic 2GB SD Card ProHiSpd 20 MB/sec - RP-SDV02GU1A")
+    four = attrs("Panasonic 4GB SDHC Card Class 6 20 MB/sec - RP-SDV04GU1K")
+    assert ("rate", 160.0) in two.quantities
+    assert match.quantity_conflict(two, four) == "bytes_conflict"
+    assert match.quantity_conflict(attrs("ssd 520 MB/s"), attrs("ssd 4160 Mbps")) is None
 
 
 def test_code_conflicts_need_an_unmatched_code_on_both_sides() -> None:
