@@ -137,3 +137,27 @@ def test_a_refit_must_beat_the_best_shipped_setting_by_the_margin() -> None:
     both = (adapt.SHIPPED, adapt.REFIT)
     found = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1, models=both)
     assert found.chosen == shipped.chosen
+
+
+def test_the_coordinate_search_finds_a_separable_optimum_without_the_whole_grid() -> None:
+    """An estimate that adds one term per knob peaks where each knob peaks: the search reaches
+    that setting, asking for far fewer clusterings than the grid holds."""
+    peak = adapt.Setting(
+        adapt.ACCEPT_PROBABILITIES[-1], adapt.LINK_THRESHOLDS[0], adapt.UNJUDGED_WEIGHTS[-1]
+    )
+    asked = []
+
+    def f1_of(setting: adapt.Setting) -> float:
+        asked.append(setting)
+        return -(
+            abs(setting.accept_probability - peak.accept_probability)
+            + abs(setting.link_threshold - peak.link_threshold)
+            + abs(setting.unjudged_weight - peak.unjudged_weight)
+        )
+
+    found, f1 = adapt.climb(DEFAULT, f1_of)
+    assert found == peak and f1 == 0.0
+    grid = (
+        len(adapt.ACCEPT_PROBABILITIES) * len(adapt.LINK_THRESHOLDS) * len(adapt.UNJUDGED_WEIGHTS)
+    )
+    assert len(set(asked)) < grid / 2
