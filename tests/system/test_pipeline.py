@@ -713,3 +713,6 @@ def test_a_build_with_labels_tunes_its_clustering_and_reports_their_estimates(
     assert found["accept_probability"] == found["labels"]["chosen"]["accept_probability"]
     figures = load_report(layout.report)["duplicates"]["figures"]
     assert figures["labels_used"] > 0 and 0 <= figures["merged_pair_precision"] <= 1
+    assert figures["pair_model"] == found["labels"]["chosen"]["pair_model"]
+    lifted = found["labels"]["chosen"]["lifted_vetoes"]
+    assert figures["lifted_vetoes"] == (", ".join(lifted) or "none")

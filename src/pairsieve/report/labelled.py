@@ -13,6 +13,8 @@ from typing import Any
 
 import polars as pl
 
+from pairsieve.core.contract import load_result
+from pairsieve.core.layout import RunLayout
 from pairsieve.labels.estimate import Estimate, labelled_ratio, share_from_labels
 from pairsieve.labels.pairs import GROUP, LINKED, candidate_pairs
 from pairsieve.labels.store import answered
@@ -41,11 +43,23 @@ def estimates(population: pl.DataFrame, answers: pl.DataFrame) -> tuple[Estimate
     return precision, recall, hit.height
 
 
+def _tuning(run_dir: Path) -> dict[str, Any]:
+    """What the labels chose for the clustering (the cluster stage's record): the pair model
+    that judged ("refit" when refitted to the labels) and the vetoes they lifted."""
+    cluster = load_result(RunLayout(run_dir).stage_dir("cluster"))
+    chosen = {} if cluster is None else cluster.details.get("labels", {}).get("chosen", {})
+    if not chosen:
+        return {}
+    lifted = ", ".join(chosen["lifted_vetoes"]) or "none"
+    return {"pair_model": chosen["pair_model"], "lifted_vetoes": lifted}
+
+
 def label_figures(run_dir: Path, files: tuple[Path, ...]) -> dict[str, Any]:
     """Figures for the report's duplicates section from the answered labels in ``files``."""
     answers = answered(list(files))
     precision, recall, used = estimates(candidate_pairs(run_dir), answers)
     return {
+        **_tuning(run_dir),
         "merged_pair_precision": precision.value,
         "merged_pair_precision_ci": list(precision.interval),
         "candidate_recall": recall.value,

@@ -128,6 +128,8 @@ LABELS: dict[str, tuple[str, Kind]] = {
     "mean_p_same_rejected": ("mean p_same of the candidate pairs kept apart", "share"),
     "false_negative_rate_model_only": ("the same from p_same alone, before the labels", "share"),
     "labels_used": ("answered labels used", "count"),
+    "pair_model": ("pair model the labels chose (shipped, or refit to them)", "text"),
+    "lifted_vetoes": ("attribute vetoes the labels lifted", "text"),
     "merged_pair_precision": ("merged candidate pairs that are one product (%)", "share"),
     "merged_pair_precision_ci": ("95% interval of that share", "share"),
     "candidate_recall": ("true candidate pairs that were merged (%)", "share"),
