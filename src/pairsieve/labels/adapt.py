@@ -15,11 +15,13 @@ times each label's weight, the inverse of its inclusion probability) correct it.
 ``Y = sum of p_same + sum of w (y - p)`` over all pairs, and ``F1 = 2 TP / (merged + Y)``.
 
 Thresholds are searched over a grid, one knob at a time (`climb`), from the default and from
-each pair model's and veto set's best. Vetoes are not: lifting one judges pairs afresh, so only the
-reasons the labels argue for are tried, those whose vetoed pairs that the pair model would
-accept are, by the same estimator, at least half one product (`proposed_lifts`). The default
-setting is kept unless another one beats its estimate by ``min_gain``: with a few hundred
-labels, small estimated gains are mostly noise.
+each pair model's and veto set's best. Vetoes are not: lifting one judges pairs afresh, so only
+the reasons the labels argue for are tried, those whose vetoed pairs that the pair model would
+accept are, by the same estimator, at least a quarter one product (`proposed_lifts`). Merged
+pairs that are one product at a rate p raise pairwise F1 when p exceeds about half of it, so a
+quarter proposes what could pay on a catalog clustered at F1 0.5 or more; the F1 estimate then
+decides. The default setting is kept unless another one beats its estimate by ``min_gain``:
+with a few hundred labels, small estimated gains are mostly noise.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ LINK_THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4)
 UNJUDGED_WEIGHTS = (1.0, 0.5, 0.2, 0.0)
 _ROUNDS = 3  # of the coordinate search over the knobs
 MIN_GAIN = 0.01  # estimated F1 a setting must gain over the default to replace it
-LIFT_PRECISION = 0.5  # share of one-product pairs among a reason's would-be merges to lift it
+LIFT_PRECISION = 0.25  # share of one-product pairs among a reason's would-be merges to lift it
 MIN_LIFT_LABELS = 3  # labelled pairs of a reason's would-be merges needed to judge it
 
 
