@@ -28,6 +28,7 @@ import polars as pl
 from fit_verifier import Run  # noqa: E402 - the sibling benchmark's clustering run
 
 from pairsieve import schemas as S
+from pairsieve.cluster import verifier
 from pairsieve.cluster.calibration import load_calibration
 from pairsieve.cluster.labelled import Clusterings, refitted_model
 from pairsieve.cluster.verifier import PairModel
@@ -52,6 +53,9 @@ class Catalog:
         self.answerable = np.flatnonzero(base.labelled)
         self.counts = base.result.nodes["count"].to_numpy()
         self.clusterings = Clusterings(self.counts, base.scored, (), self.verified)
+        judged = ~base.vetoed  # the graph the product's refit reads (`labelled.tune`)
+        graph = verifier.neighbour_graph(len(self.counts), base.a[judged], base.b[judged])
+        base.features.update(verifier.neighbour_features(graph, base.a, base.b))
 
     def run(self, lifted: tuple[str, ...]) -> Run:
         if lifted not in self.runs:

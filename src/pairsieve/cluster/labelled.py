@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -24,37 +25,46 @@ from pairsieve import schemas as S
 from pairsieve.cluster import linkage
 from pairsieve.cluster.calibration import load_calibration
 from pairsieve.cluster.candidates import NODE, listing_nodes
-from pairsieve.cluster.verifier import PairModel, load_model
+from pairsieve.cluster.verifier import NEIGHBOUR_FEATURES, PairModel, load_model, neighbour_graph
 from pairsieve.cluster.verify import judging, resolved_link_threshold, verify
 from pairsieve.config import ClusterConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels import adapt, refit, sample
 from pairsieve.labels.store import answered
 
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
+
 VerifyWith = Callable[[tuple[str, ...], PairModel | None], pl.DataFrame]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Rejudge:
     """What judging the candidates again reads: every title's attributes, the candidate pairs
-    and their cosines (the stage keeps them only when tuning to labels)."""
+    and their cosines (the stage keeps them only when tuning to labels), and the graph of the
+    pairs no veto held apart in the first judgement (`verifier.NEIGHBOUR_FEATURES`; set by
+    `tune`)."""
 
     cfg: ClusterConfig
     candidates: pl.DataFrame
     nodes: pl.DataFrame
     attrs: list
     cosine: np.ndarray
+    graph: csr_matrix | None = None
 
     def __call__(self, lifted: tuple[str, ...], model: PairModel | None = None) -> pl.DataFrame:
         """Every candidate judged with the vetoes ``lifted`` by ``model`` (None: shipped)."""
         cfg = self.cfg.model_copy(update={"lifted_vetoes": lifted})
-        context = judging(cfg, self.candidates, self.nodes, self.attrs, self.cosine, model)
+        graph = self.graph if model is not None else None
+        context = judging(cfg, self.candidates, self.nodes, self.attrs, self.cosine, model, graph)
         return verify(context, self.cosine, self.candidates)
 
     def features(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """The pair model's features of the candidates ``rows`` (a node's best cosine is still
-        over all candidates)."""
-        context = judging(self.cfg, self.candidates, self.nodes, self.attrs, self.cosine)
+        """The pair model's features of the candidates ``rows`` (a node's best cosine and
+        neighbours are still over all candidates)."""
+        context = judging(
+            self.cfg, self.candidates, self.nodes, self.attrs, self.cosine, None, self.graph
+        )
         found: dict[str, np.ndarray] = {}
         verify(context, self.cosine[rows], self.candidates[rows], found)
         return found
@@ -201,6 +211,7 @@ def tune(
         clusterings.merged(default), vetoed, score, default.accept_probability
     )
     labelled = _weighted(rows, hit["label"].to_numpy(), population.p_same, groups)
+    rejudge.graph = neighbour_graph(len(counts), clusterings.a[~vetoed], clusterings.b[~vetoed])
     refitted = refitted_model(labelled, vetoed, rejudge.features)
     clusterings.models[adapt.REFIT] = refitted
     models = (adapt.SHIPPED,) if refitted is None else (adapt.SHIPPED, adapt.REFIT)
@@ -218,11 +229,15 @@ def refitted_model(
     """The shipped pair model refitted to the labelled pairs no veto holds apart (vetoed pairs
     never reach the model), or None when they are too few or the refit does not predict
     held-out labels better (`refit.refit_if_better`); ``features_of(rows)`` gives the model's
-    features of population rows."""
+    features of population rows. Where they include `NEIGHBOUR_FEATURES`, the refit may use
+    them too: the prior gives them no weight, as the shipped model does."""
     judged = ~vetoed[labelled.rows]
     rows = labelled.rows[judged]
     if len(rows) < refit.MIN_LABELS:
         return None
-    return refit.refit_if_better(
-        load_model(), features_of(rows), labelled.label[judged], labelled.weight[judged]
-    )
+    features = features_of(rows)
+    shipped = load_model()
+    extra = tuple(name for name in NEIGHBOUR_FEATURES if name in features)
+    coef = np.concatenate([shipped.coef, np.zeros(len(extra))])
+    prior = PairModel(shipped.features + extra, coef, shipped.intercept)
+    return refit.refit_if_better(prior, features, labelled.label[judged], labelled.weight[judged])

@@ -110,6 +110,38 @@ class PairInputs:
     signal: pl.Series | list[str]  # proposing signals, "code+minhash"
     cosine: np.ndarray  # float64
     best: np.ndarray | None = None  # (n,) `best_cosines` over all candidates; None: these pairs
+    neighbours: csr_matrix | None = None  # `neighbour_graph`; None: no `NEIGHBOUR_FEATURES`
+
+
+# Features of the candidate graph, not of the titles: how many neighbours two titles share. The
+# shipped model does not read them (a catalog's graph depends on how many offers each product
+# has); a model refitted to a catalog's own labels may (`pairsieve.labels.refit`).
+NEIGHBOUR_FEATURES = ("neighbour_overlap", "neighbours_shared")
+
+
+def neighbour_graph(n: int, a: np.ndarray, b: np.ndarray) -> csr_matrix:
+    """(n, n) symmetric 0/1 adjacency of the node pairs (a[i], b[i])."""
+    from scipy.sparse import coo_matrix
+
+    ones = np.ones(2 * len(a), dtype=np.float32)  # counts below 2^24 stay exact
+    graph = coo_matrix((ones, (np.concatenate([a, b]), np.concatenate([b, a]))), shape=(n, n))
+    graph = graph.tocsr()
+    graph.data[:] = 1.0  # a pair listed twice is one edge
+    return graph
+
+
+def neighbour_features(graph: csr_matrix, a: np.ndarray, b: np.ndarray) -> dict[str, np.ndarray]:
+    """`NEIGHBOUR_FEATURES` per pair: the Jaccard of the two nodes' neighbour sets, and
+    log(1 + neighbours shared)."""
+    degree = np.diff(graph.indptr)
+    shared = np.empty(len(a))
+    for start in range(0, len(a), _CHUNK):
+        end = start + _CHUNK
+        rows = graph[a[start:end]].multiply(graph[b[start:end]])
+        shared[start:end] = np.asarray(rows.sum(axis=1)).ravel()
+    union = degree[a] + degree[b] - shared
+    overlap = _ratio(shared, union, 0.0)
+    return {"neighbour_overlap": overlap, "neighbours_shared": np.log1p(shared)}
 
 
 def best_cosines(n: int, a: np.ndarray, b: np.ndarray, cosine: np.ndarray) -> np.ndarray:
@@ -156,4 +188,6 @@ def pair_features(
         best = best_cosines(words.shape[0], a, b, pairs.cosine)
     out["cosine"] = pairs.cosine
     out["cosine_gap"] = np.maximum(best[a], best[b]) - pairs.cosine
+    if pairs.neighbours is not None:
+        out.update(neighbour_features(pairs.neighbours, a, b))
     return out

@@ -286,17 +286,18 @@ def pair_cosines(candidates: pl.DataFrame, vectors: np.ndarray) -> np.ndarray:
     return pair_scores(vectors, a, vectors, b).clip(-1, 1)
 
 
-def judging(
+def judging(  # noqa: PLR0913 - what a judgement reads
     cfg: ClusterConfig,
     candidates: pl.DataFrame,
     nodes: pl.DataFrame,
     attrs: list[text.Attributes],
     cosine: np.ndarray | None,
     model: verifier.PairModel | None = None,
+    neighbours: csr_matrix | None = None,
 ) -> Judging:
     """What every chunk of the candidates is judged with (`Judging`), given every candidate's
-    cosine (`pair_cosines`; None without embeddings); ``model`` is the learned pair model (None:
-    the shipped one)."""
+    cosine (`pair_cosines`; None without embeddings), the learned pair model (None: shipped) and
+    the candidate graph its `verifier.NEIGHBOUR_FEATURES` read (None: not read)."""
     best = None
     if cosine is not None:
         a = candidates["a"].to_numpy().astype(np.int64, copy=False)
@@ -304,7 +305,8 @@ def judging(
         best = verifier.best_cosines(len(attrs), a, b, cosine)
     columns = _AttributeColumns(attrs)
     informative = nodes[INFORMATIVE].to_numpy()
-    return Judging(cfg, columns, informative, _brand_ids(nodes), best, lifted_vetoes(cfg), model)
+    brands, lifted = _brand_ids(nodes), lifted_vetoes(cfg)
+    return Judging(cfg, columns, informative, brands, best, lifted, model, neighbours)
 
 
 def verify(
@@ -325,11 +327,9 @@ def verify(
     accept_jaccard alone when no embeddings are used), and its score is the cosine, else
     Jaccard (1.0 for a shared code).
 
-    The checks are `match.jaccard` and `match.assess` per pair, evaluated column-wise over
-    integer-encoded attributes (`_AttributeColumns`); a test checks they agree pair by pair.
-    Every pair is judged on its own, so the candidates go through in chunks
-    (`verify_mapped` maps the same chunks over a runner).
-    """
+    The checks are `match.jaccard` and `match.assess` per pair, column-wise over encoded
+    attributes (`_AttributeColumns`; a test checks they agree pair by pair), in chunks of pairs
+    (`verify_mapped` maps the same chunks over a runner)."""
     parts, found = [], []
     with progress.step(VERIFY_STEP, len(candidates), "pairs") as counter:
         for lo, hi in partitions.spans(len(candidates), _VERIFY_CHUNK):
@@ -427,6 +427,7 @@ class Judging:
     best: np.ndarray | None
     lifted: frozenset[str]
     model: verifier.PairModel | None = None  # None: the shipped pair model
+    neighbours: csr_matrix | None = None  # the graph of `verifier.NEIGHBOUR_FEATURES`
 
 
 def _verify_chunk(
@@ -446,7 +447,8 @@ def _verify_chunk(
     learned = uses_learned_verifier(cfg) and cosine is not None
     if cosine is not None and (learned or features is not None):
         signals = candidates[S.SIGNAL]
-        pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, context.best)
+        best, graph = context.best, context.neighbours
+        pairs = verifier.PairInputs(a, b, jac, shared, signals, cosine, best, graph)
         found = {} if features is None else features
         probability = _learned_probability(columns, pairs, found, context.model)
     if learned:

@@ -11,7 +11,7 @@ import pytest
 
 from pairsieve import schemas as S
 from pairsieve.cluster import stage as cluster
-from pairsieve.cluster.verifier import load_model
+from pairsieve.cluster.verifier import NEIGHBOUR_FEATURES, load_model
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels.pairs import pair_id
@@ -152,7 +152,7 @@ def test_labels_that_contradict_the_pair_model_refit_it(encoder, tmp_path, sessi
     )
     found = tuned.details["labels"]
     assert found["chosen"]["pair_model"] == "refit"
-    assert found["refit"]["features"] == list(load_model().features)
+    assert found["refit"]["features"] == [*load_model().features, *NEIGHBOUR_FEATURES]
     after = asked.join(
         pl.read_parquet(tmp_path / "tuned" / S.PAIRS_FILE),
         on=[S.LISTING_A, S.LISTING_B],

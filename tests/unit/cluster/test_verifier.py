@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import polars as pl
+import pytest
 
 from pairsieve import schemas as S
 from pairsieve.cluster import verifier
@@ -171,3 +172,24 @@ def test_pair_features_do_not_depend_on_pythons_string_hashing() -> None:
         for seed in ("1", "2")
     }
     assert len(digests) == 1
+
+
+def test_neighbour_features_count_the_shared_neighbours_of_each_pair() -> None:
+    """Against sets built by hand: a pair listed twice is one edge, a node is not its own
+    neighbour, and two nodes with no neighbours share nothing."""
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(0, 30, 200), rng.integers(0, 30, 200)
+    keep = a != b
+    a, b = a[keep], b[keep]
+    graph = verifier.neighbour_graph(32, a, b)
+    around: dict[int, set[int]] = {i: set() for i in range(32)}
+    for x, y in zip(a.tolist(), b.tolist(), strict=True):
+        around[x].add(y)
+        around[y].add(x)
+    ask_a, ask_b = np.array([*a[:50], 30]), np.array([*b[:50], 31])
+    found = verifier.neighbour_features(graph, ask_a, ask_b)
+    for i, (x, y) in enumerate(zip(ask_a.tolist(), ask_b.tolist(), strict=True)):
+        shared, union = around[x] & around[y], around[x] | around[y]
+        assert found["neighbours_shared"][i] == pytest.approx(np.log1p(len(shared)))
+        want = len(shared) / len(union) if union else 0.0
+        assert found["neighbour_overlap"][i] == pytest.approx(want)
