@@ -16,12 +16,15 @@ times each label's weight, the inverse of its inclusion probability) correct it.
 
 Thresholds are searched over a grid, one knob at a time (`climb`), from the default and from
 each pair model's and veto set's best. Vetoes are not: lifting one judges pairs afresh, so only
-the reasons the labels argue for are tried, those whose vetoed pairs that the pair model would
-accept are, by the same estimator, at least a quarter one product (`proposed_lifts`). Merged
-pairs that are one product at a rate p raise pairwise F1 when p exceeds about half of it, so a
-quarter proposes what could pay on a catalog clustered at F1 0.5 or more; the F1 estimate then
-decides. The default setting is kept unless another one beats its estimate by ``min_gain``:
-with a few hundred labels, small estimated gains are mostly noise.
+the reasons the labels argue for are tried (`proposed_lifts`). Merged pairs that are one
+product at a rate p raise pairwise F1 when p exceeds half of it, so a reason is proposed when
+its vetoed pairs that the pair model would accept are, by the same estimator, one product at
+more than half the default's estimated F1: a quarter on a catalog clustered at F1 0.5, less on
+one clustered badly, where a merge pays sooner. The proposed reasons are lifted cumulatively,
+the most one-product first, each set kept only while it raises the estimate: one bad reason
+lifted beside good ones would hide what the good ones pay. The default setting is kept unless
+another one beats its estimate by ``min_gain``: with a few hundred labels, small estimated
+gains are mostly noise.
 """
 
 from __future__ import annotations
@@ -36,7 +39,6 @@ LINK_THRESHOLDS = (0.05, 0.1, 0.2, 0.3, 0.4)
 UNJUDGED_WEIGHTS = (1.0, 0.5, 0.2, 0.0)
 _ROUNDS = 3  # of the coordinate search over the knobs
 MIN_GAIN = 0.01  # estimated F1 a setting must gain over the default to replace it
-LIFT_PRECISION = 0.25  # share of one-product pairs among a reason's would-be merges to lift it
 MIN_LIFT_LABELS = 3  # labelled pairs of a reason's would-be merges needed to judge it
 
 
@@ -103,18 +105,21 @@ class Adaptation:
         }
 
 
-def proposed_lifts(population: Population, labelled: Labelled, accept: float) -> tuple[str, ...]:
-    """Veto reasons whose vetoed pairs scoring at least ``accept`` are estimated to be at least
-    `LIFT_PRECISION` one product, judged only where `MIN_LIFT_LABELS` of them are labelled."""
-    found = []
+def proposed_lifts(
+    population: Population, labelled: Labelled, accept: float, break_even: float
+) -> tuple[str, ...]:
+    """Veto reasons whose vetoed pairs scoring at least ``accept`` are estimated to be one
+    product more often than ``break_even``, the most one-product first; judged only where
+    `MIN_LIFT_LABELS` of them are labelled."""
+    shares = {}
     for reason in sorted(set(population.veto_reason.tolist()) - {""}):
         would_merge = (population.veto_reason == reason) & (population.score >= accept)
         if would_merge[labelled.rows].sum() < MIN_LIFT_LABELS:
             continue
         share = labelled.residual_total(population, would_merge) / would_merge.sum()
-        if share >= LIFT_PRECISION:
-            found.append(reason)
-    return tuple(found)
+        if share > break_even:
+            shares[reason] = share
+    return tuple(sorted(shares, key=lambda reason: (-shares[reason], reason)))
 
 
 def estimated_f1(population: Population, labelled: Labelled, merged: np.ndarray) -> float:
@@ -160,16 +165,14 @@ def choose(
 ) -> Adaptation:
     """The setting with the best estimated F1 that a coordinate search over the thresholds and
     unjudged weights finds (`climb`, from the default's values and from what it found for
-    earlier models), with the default's lifted
-    vetoes or those plus the labels' `proposed_lifts`, judged by each pair model of ``models``;
+    earlier models), with the default's lifted vetoes plus the labels' `proposed_lifts` added
+    one at a time while they raise the best estimate, judged by each pair model of ``models``;
     ``merged_by`` clusters with a setting and says which population pairs end up in one product.
 
     ``models`` go in order of trust: the default's model first. Each later one must beat the
     best setting so far by ``min_gain``, as any setting must beat the default: a model refitted
     to these labels scores them better than the shipped one partly because it was fitted to
     them."""
-    lifts = proposed_lifts(population, labelled, default.accept_probability)
-    lift_sets = sorted({default.lifted_vetoes, tuple(sorted({*default.lifted_vetoes, *lifts}))})
     known: dict[Setting, float] = {}
 
     def f1_of(setting: Setting) -> float:
@@ -178,14 +181,23 @@ def choose(
         return known[setting]
 
     default_f1 = f1_of(default)
+    lifts = proposed_lifts(population, labelled, default.accept_probability, default_f1 / 2)
+    fresh = [reason for reason in lifts if reason not in default.lifted_vetoes]
+    lift_sets = [
+        tuple(sorted({*default.lifted_vetoes, *fresh[:count]})) for count in range(len(fresh) + 1)
+    ]
     best, best_f1 = default, default_f1
     tops: list[Setting] = [default]
     for model in models:
-        found = [
-            climb(replace(start, lifted_vetoes=lifted, pair_model=model), f1_of)
-            for lifted in lift_sets
-            for start in tops
-        ]
+        found: list[tuple[Setting, float]] = []
+        for lifted in lift_sets:
+            wider = [
+                climb(replace(start, lifted_vetoes=lifted, pair_model=model), f1_of)
+                for start in tops
+            ]
+            if found and max(f1 for _, f1 in wider) <= max(f1 for _, f1 in found):
+                break  # the next reason lifted did not pay; those after it pay less
+            found.extend(wider)
         top, top_f1 = max(found, key=lambda pair: pair[1])
         tops.extend(setting for setting, _ in found)
         if top_f1 >= best_f1 + min_gain:
