@@ -20,11 +20,11 @@ the reasons the labels argue for are tried (`proposed_lifts`). Merged pairs that
 product at a rate p raise pairwise F1 when p exceeds half of it, so a reason is proposed when
 its vetoed pairs that the pair model would accept are, by the same estimator, one product at
 more than half the default's estimated F1: a quarter on a catalog clustered at F1 0.5, less on
-one clustered badly, where a merge pays sooner. The proposed reasons are lifted cumulatively,
-the most one-product first, each set kept only while it raises the estimate: one bad reason
-lifted beside good ones would hide what the good ones pay. The default setting is kept unless
-another one beats its estimate by ``min_gain``: with a few hundred labels, small estimated
-gains are mostly noise.
+one clustered badly, where a merge pays sooner. The proposed reasons are tried one at a time,
+the most one-product first, each kept lifted only when it raises the estimate beside those
+kept before it: one bad reason lifted beside good ones would hide what the good ones pay. The
+default setting is kept unless another one beats its estimate by ``min_gain``: with a few
+hundred labels, small estimated gains are mostly noise.
 """
 
 from __future__ import annotations
@@ -165,8 +165,8 @@ def choose(
 ) -> Adaptation:
     """The setting with the best estimated F1 that a coordinate search over the thresholds and
     unjudged weights finds (`climb`, from the default's values and from what it found for
-    earlier models), with the default's lifted vetoes plus the labels' `proposed_lifts` added
-    one at a time while they raise the best estimate, judged by each pair model of ``models``;
+    earlier models), with the default's lifted vetoes plus those of the labels' `proposed_lifts`
+    that raise the best estimate, tried one at a time, judged by each pair model of ``models``;
     ``merged_by`` clusters with a setting and says which population pairs end up in one product.
 
     ``models`` go in order of trust: the default's model first. Each later one must beat the
@@ -183,21 +183,21 @@ def choose(
     default_f1 = f1_of(default)
     lifts = proposed_lifts(population, labelled, default.accept_probability, default_f1 / 2)
     fresh = [reason for reason in lifts if reason not in default.lifted_vetoes]
-    lift_sets = [
-        tuple(sorted({*default.lifted_vetoes, *fresh[:count]})) for count in range(len(fresh) + 1)
-    ]
     best, best_f1 = default, default_f1
     tops: list[Setting] = [default]
     for model in models:
         found: list[tuple[Setting, float]] = []
-        for lifted in lift_sets:
+        kept = default.lifted_vetoes
+        for reason in [None, *fresh]:
+            lifted = kept if reason is None else tuple(sorted({*kept, reason}))
             wider = [
                 climb(replace(start, lifted_vetoes=lifted, pair_model=model), f1_of)
                 for start in tops
             ]
             if found and max(f1 for _, f1 in wider) <= max(f1 for _, f1 in found):
-                break  # the next reason lifted did not pay; those after it pay less
+                continue  # this reason did not pay beside those kept: it stays a veto
             found.extend(wider)
+            kept = lifted
         top, top_f1 = max(found, key=lambda pair: pair[1])
         tops.extend(setting for setting, _ in found)
         if top_f1 >= best_f1 + min_gain:
