@@ -82,6 +82,10 @@ class Catalog:
             self.merged[setting] = self.clusterings.merged(setting)[self.answerable]
         return self.merged[setting]
 
+    def scores(self, model: str) -> np.ndarray:
+        """The answerable pairs' scores by ``model``."""
+        return self.clusterings.scores((), model)[self.answerable]
+
     def f1(self, setting: adapt.Setting) -> float:
         base = self.runs[()]
         listing = self.clusterings.labels(setting)[base.result.frame["_node"].to_numpy()]
@@ -129,7 +133,8 @@ def draws(
         rows = drawn["pair_id"].cast(pl.Int64).to_numpy()
         labelled = adapt.Labelled(rows, truth[rows], drawn["weight"].to_numpy())
         models = cat.refit_to(labelled, refit)
-        found = adapt.choose(pop, labelled, cat.merged_by, default, models=models)
+        scores = {model: cat.scores(model) for model in models}
+        found = adapt.choose(pop, labelled, cat.merged_by, default, scores=scores)
         out.append((cat.f1(found.chosen), found))
     return out
 

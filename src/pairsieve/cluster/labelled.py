@@ -136,6 +136,10 @@ class Clusterings:
             self.verified[lifted, model] = judged.select(_DECIDED)
         return self.scored.with_columns(self.verified[lifted, model].get_columns())
 
+    def scores(self, lifted: tuple[str, ...], model: str) -> np.ndarray:
+        """(pairs,) float64 score of every pair by ``model``, with the vetoes ``lifted``."""
+        return self._verified(lifted, model)["score"].to_numpy()
+
     def judged(self, setting: adapt.Setting) -> pl.DataFrame:
         """The pairs as ``setting`` judges them: its vetoes, its pair model's score, accepted
         from its threshold. A refitted model's pairs carry the shipped model's calibrated
@@ -224,7 +228,8 @@ def tune(
     refitted = refitted_model(labelled, vetoed, rejudge.features)
     clusterings.models[adapt.REFIT] = refitted
     models = (adapt.SHIPPED,) if refitted is None else (adapt.SHIPPED, adapt.REFIT)
-    found = adapt.choose(population, labelled, clusterings.merged, default, models=models)
+    scores = {model: clusterings.scores(default.lifted_vetoes, model) for model in models}
+    found = adapt.choose(population, labelled, clusterings.merged, default, scores=scores)
     if refitted is not None:
         counted["refit"] = refitted.as_json()
     return Tuned(clusterings.judged(found.chosen), found.chosen, {**counted, **found.as_json()})

@@ -18,13 +18,13 @@ Thresholds are searched over a grid, one knob at a time (`climb`), from the defa
 each pair model's and veto set's best. Vetoes are not: lifting one judges pairs afresh, so only
 the reasons the labels argue for are tried (`proposed_lifts`). Merged pairs that are one
 product at a rate p raise pairwise F1 when p exceeds half of it, so a reason is proposed when
-its vetoed pairs that the pair model would accept are, by the same estimator, one product at
-more than half the default's estimated F1: a quarter on a catalog clustered at F1 0.5, less on
-one clustered badly, where a merge pays sooner. The proposed reasons are tried one at a time,
-the most one-product first, each kept lifted only when it raises the estimate beside those
-kept before it: one bad reason lifted beside good ones would hide what the good ones pay. The
-default setting is kept unless another one beats its estimate by ``min_gain``: with a few
-hundred labels, small estimated gains are mostly noise.
+its vetoed pairs that the judging pair model (shipped or refitted) would accept are, by the
+same estimator, one product at more than half the default's estimated F1: a quarter on a
+catalog clustered at F1 0.5, less on one clustered badly, where a merge pays sooner. The
+proposed reasons are tried one at a time, the most one-product first, each kept lifted only
+when it raises the estimate beside those kept before it: one bad reason lifted beside good ones
+would hide what the good ones pay. The default setting is kept unless another one beats its
+estimate by ``min_gain``: with a few hundred labels, small estimated gains are mostly noise.
 """
 
 from __future__ import annotations
@@ -161,18 +161,20 @@ def choose(
     merged_by: Callable[[Setting], np.ndarray],
     default: Setting,
     min_gain: float = MIN_GAIN,
-    models: tuple[str, ...] = (SHIPPED,),
+    scores: dict[str, np.ndarray] | None = None,
 ) -> Adaptation:
     """The setting with the best estimated F1 that a coordinate search over the thresholds and
     unjudged weights finds (`climb`, from the default's values and from what it found for
     earlier models), with the default's lifted vetoes plus those of the labels' `proposed_lifts`
-    that raise the best estimate, tried one at a time, judged by each pair model of ``models``;
+    that raise the best estimate, tried one at a time, judged by each pair model of ``scores``;
     ``merged_by`` clusters with a setting and says which population pairs end up in one product.
 
-    ``models`` go in order of trust: the default's model first. Each later one must beat the
-    best setting so far by ``min_gain``, as any setting must beat the default: a model refitted
-    to these labels scores them better than the shipped one partly because it was fitted to
-    them."""
+    ``scores`` gives each pair model that may judge its score per population pair (None: the
+    shipped model alone, ``population.score``): a veto's would-be merges, which propose it for
+    lifting, are those the judging model would accept. The models go in order of trust, the
+    default's first. Each later one must beat the best setting so far by ``min_gain``, as any
+    setting must beat the default: a model refitted to these labels scores them better than the
+    shipped one partly because it was fitted to them."""
     known: dict[Setting, float] = {}
 
     def f1_of(setting: Setting) -> float:
@@ -181,11 +183,14 @@ def choose(
         return known[setting]
 
     default_f1 = f1_of(default)
-    lifts = proposed_lifts(population, labelled, default.accept_probability, default_f1 / 2)
-    fresh = [reason for reason in lifts if reason not in default.lifted_vetoes]
     best, best_f1 = default, default_f1
     tops: list[Setting] = [default]
-    for model in models:
+    lifts: list[str] = []
+    for model, score in (scores or {SHIPPED: population.score}).items():
+        judged_by = replace(population, score=score)
+        proposed = proposed_lifts(judged_by, labelled, default.accept_probability, default_f1 / 2)
+        lifts.extend(reason for reason in proposed if reason not in lifts)
+        fresh = [reason for reason in proposed if reason not in default.lifted_vetoes]
         found: list[tuple[Setting, float]] = []
         kept = default.lifted_vetoes
         for reason in [None, *fresh]:
@@ -202,4 +207,4 @@ def choose(
         tops.extend(setting for setting, _ in found)
         if top_f1 >= best_f1 + min_gain:
             best, best_f1 = top, top_f1
-    return Adaptation(best, default, best_f1, default_f1, lifts)
+    return Adaptation(best, default, best_f1, default_f1, tuple(lifts))

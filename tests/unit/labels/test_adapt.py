@@ -124,7 +124,7 @@ def test_a_sample_estimates_what_every_label_would() -> None:
 
 def _with_a_model_that_knows(population: adapt.Population, truth: np.ndarray, flips: int):
     """`_merged_by`, where the `adapt.REFIT` pair model scores the truth itself except for
-    ``flips`` pairs: a refit that learned the catalog."""
+    ``flips`` pairs (a refit that learned the catalog), and each model's scores."""
     shipped = _merged_by(population)
     knows = truth.astype(np.float64)
     knows[:flips] = 1.0 - knows[:flips]
@@ -133,14 +133,13 @@ def _with_a_model_that_knows(population: adapt.Population, truth: np.ndarray, fl
     def merged(setting: adapt.Setting) -> np.ndarray:
         return (refitted if setting.pair_model == adapt.REFIT else shipped)(setting)
 
-    return merged
+    return merged, {adapt.SHIPPED: population.score, adapt.REFIT: knows}
 
 
 def test_a_refitted_model_that_beats_the_shipped_one_is_chosen() -> None:
     population, truth = _population()
-    merged_by = _with_a_model_that_knows(population, truth, flips=50)
-    models = (adapt.SHIPPED, adapt.REFIT)
-    found = adapt.choose(population, _everything(truth), merged_by, DEFAULT, models=models)
+    merged_by, scores = _with_a_model_that_knows(population, truth, flips=50)
+    found = adapt.choose(population, _everything(truth), merged_by, DEFAULT, scores=scores)
     assert found.chosen.pair_model == adapt.REFIT
     assert found.as_json()["chosen"]["pair_model"] == adapt.REFIT
     shipped = adapt.choose(population, _everything(truth), merged_by, DEFAULT)
@@ -151,15 +150,34 @@ def test_a_refit_must_beat_the_best_shipped_setting_by_the_margin() -> None:
     """A refit scores the labels it was fitted to too well: it has to win by ``min_gain`` over
     the shipped model's best setting, not over the default."""
     population, truth = _population()
-    merged_by = _with_a_model_that_knows(population, truth, flips=400)  # a weaker refit
+    merged_by, scores = _with_a_model_that_knows(population, truth, flips=400)  # a weaker refit
     labelled = _everything(truth)
-    alone = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1, models=(adapt.REFIT,))
+    refit_alone = {adapt.REFIT: scores[adapt.REFIT]}
+    alone = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1, scores=refit_alone)
     assert alone.chosen.pair_model == adapt.REFIT  # it beats the default by the margin
     shipped = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1)
     assert shipped.chosen_f1 < alone.chosen_f1 < shipped.chosen_f1 + 0.1
-    both = (adapt.SHIPPED, adapt.REFIT)
-    found = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1, models=both)
+    found = adapt.choose(population, labelled, merged_by, DEFAULT, 0.1, scores=scores)
     assert found.chosen == shipped.chosen
+
+
+def test_a_veto_is_proposed_by_what_the_judging_model_would_merge() -> None:
+    """Pixel-conflict pairs that are one product score low by the shipped model, so the pairs
+    it would merge say the veto holds; a refit that accepts the true ones says it does not."""
+    rng = np.random.default_rng(0)
+    score = rng.random(2_000)
+    reason = rng.choice(["", "", "pixels_conflict"], 2_000)
+    truth = np.where(reason == "", rng.random(2_000) < score**2, score < 0.3)
+    p_same = np.clip(np.where(reason == "", score**2, 0.1 * score), 0.01, 0.99)
+    population = adapt.Population(p_same, score, reason)
+    merged_by, scores = _with_a_model_that_knows(population, truth, flips=0)
+    labelled = _everything(truth)
+    shipped = adapt.choose(population, labelled, merged_by, DEFAULT)
+    assert shipped.proposed_lifts == ()
+    found = adapt.choose(population, labelled, merged_by, DEFAULT, scores=scores)
+    assert found.proposed_lifts == ("pixels_conflict",)
+    assert found.chosen.lifted_vetoes == ("pixels_conflict",)
+    assert found.chosen.pair_model == adapt.REFIT
 
 
 def test_the_coordinate_search_finds_a_separable_optimum_without_the_whole_grid() -> None:
