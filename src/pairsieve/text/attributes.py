@@ -32,6 +32,10 @@ _FRENCH_BYTES = r"\b(\d+(?:\.\d+)?)[\s\-]?([gm])o\b"
 # Read as bytes, the "90mb" of "16gb ... 90mb/s" and "32gb ... 90mb/s" is a size both titles
 # share, which hides their capacity conflict.
 _BYTE_RATE = r"\b(\d+(?:\.\d+)?)\s?([kmg])b\s?/\s?s(?:ec|ek|eg)?\b\.?"
+# A pixel count whose decimal point became a space ("20 2 mp", "12 1mp": titles stripped of
+# punctuation) is one number, "20.2mp". A lone digit between a number and a pixel unit has no
+# other reading; for other units it may ("2 4gb" is two 4 GB sticks), so they are left alone.
+_LOST_DECIMAL = r"\b(\d+) (\d)[\s\-]?(mpx|mp)\b"
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 _SEPARATORS = r"[\s\u00a0]+"
 
@@ -45,6 +49,7 @@ def normalize_expr(expr: pl.Expr) -> pl.Expr:
         .str.replace_all(_SEPARATORS, " ")
         .str.replace_all(_FRENCH_BYTES, "${1}${2}b")
         .str.replace_all(_BYTE_RATE, "${1}${2}bs")
+        .str.replace_all(_LOST_DECIMAL, "${1}.${2}${3}")
         .str.replace_all(_UNIT_GLUE, "${1}${2}")
         .str.strip_chars()
     )
@@ -64,6 +69,7 @@ def normalize(text: str) -> str:
     out = re.sub(_SEPARATORS, " ", out)
     out = re.sub(_FRENCH_BYTES, r"\1\2b", out)
     out = re.sub(_BYTE_RATE, r"\1\2bs", out)
+    out = re.sub(_LOST_DECIMAL, r"\1.\2\3", out)
     out = re.sub(_UNIT_GLUE, r"\1\2", out)
     return out.strip()
 

@@ -24,6 +24,11 @@ from pairsieve.text import match
         ("SanDisk Extreme 32GB (bis zu 90MB/Sek.)", "sandisk extreme 32gb (bis zu 90mbs)"),
         # Walmart-Amazon: "to" between connectors is English, not terabytes
         ("Sabrent USB 2.0 to DB25F Parallel Cable", "sabrent usb 2.0 to db25f parallel cable"),
+        # Alaska: a megapixel figure whose decimal point became a space
+        ("Canon EOS 70D 20 2 MP Digital Camera", "canon eos 70d 20.2mp digital camera"),
+        ("nikon d700 12 1mp slr | ebay", "nikon d700 12.1mp slr | ebay"),
+        # ... but not other units: "2 4gb" may be two 4 GB sticks
+        ("Corsair kit 2 4GB DDR3", "corsair kit 2 4gb ddr3"),
     ],
 )
 def test_normalize_glues_units_and_keeps_digits(raw: str, want: str) -> None:
@@ -116,6 +121,15 @@ def test_a_shared_speed_does_not_hide_a_capacity_conflict() -> None:
     assert ("rate", 160.0) in two.quantities
     assert match.quantity_conflict(two, four) == "bytes_conflict"
     assert match.quantity_conflict(attrs("ssd 520 MB/s"), attrs("ssd 4160 Mbps")) is None
+
+
+def test_a_lost_decimal_point_does_not_split_a_camera() -> None:
+    """Alaska: one eBay seller writes 20.2 MP as "20 2 mp"; another camera's 20.1 still clashes."""
+    ebay = attrs("brand new canon eos 70d 20 2 mp digital camera body only camera bag bundle")
+    shop = attrs("canon eos 70d 20.2 mp digital slr camera kit - walmart.com")
+    assert match.quantity_conflict(ebay, shop) is None
+    other = attrs("sony a5000 digital camera black 20 1mp uk | ebay")
+    assert match.quantity_conflict(ebay, other) == "pixels_conflict"
 
 
 def test_code_conflicts_need_an_unmatched_code_on_both_sides() -> None:
