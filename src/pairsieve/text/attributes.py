@@ -1,8 +1,8 @@
 """Text normalisation and attribute extraction for matching listings.
 
 Normalisation keeps digits and units, so variants stay distinguishable ("64 GB", "64gb" and
-"64-gb" all become "64gb"). The original text is always kept for training; normalised text is
-only a matching key.
+"64-gb" all become "64gb"); it drops prices, which tell offers apart, not products. The
+original text is always kept for training; normalised text is only a matching key.
 
 Attributes are what separates two products whose titles are otherwise near-identical (measured
 on PriceRunner): model codes (mixed letter-digit tokens such as "ue55nu8000"), quantities
@@ -36,6 +36,10 @@ _BYTE_RATE = r"\b(\d+(?:\.\d+)?)\s?([kmg])b\s?/\s?s(?:ec|ek|eg)?\b\.?"
 # punctuation) is one number, "20.2mp". A lone digit between a number and a pixel unit has no
 # other reading; for other units it may ("2 4gb" is two 4 GB sticks), so they are left alone.
 _LOST_DECIMAL = r"\b(\d+) (\d)[\s\-]?(mpx|mp)\b"
+_MEGAPIXEL = r"\bmega ?pixels?\b"  # spelt "mp", the unit most titles use
+# A price ("on sale for $2498.88", "used $1", "39,90 €") is what a seller asks, not what the
+# product is: as a bare number it would tell two offers of one camera apart.
+_PRICE = r"[$€£¥]\s?\d[\d,]*(?:\.\d+)?|\d[\d,]*(?:\.\d+)?\s?[€£]"
 _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 _SEPARATORS = r"[\s\u00a0]+"
 
@@ -46,9 +50,11 @@ def normalize_expr(expr: pl.Expr) -> pl.Expr:
         expr.str.normalize("NFKC")
         .str.to_lowercase()
         .str.replace_all(_CONTROL, " ")
+        .str.replace_all(_PRICE, " ")
         .str.replace_all(_SEPARATORS, " ")
         .str.replace_all(_FRENCH_BYTES, "${1}${2}b")
         .str.replace_all(_BYTE_RATE, "${1}${2}bs")
+        .str.replace_all(_MEGAPIXEL, "mp")
         .str.replace_all(_LOST_DECIMAL, "${1}.${2}${3}")
         .str.replace_all(_UNIT_GLUE, "${1}${2}")
         .str.strip_chars()
@@ -66,9 +72,11 @@ def normalize(text: str) -> str:
     """The same normalisation as `normalize_expr` for one string."""
     out = unicodedata.normalize("NFKC", text).lower()
     out = re.sub(_CONTROL, " ", out)
+    out = re.sub(_PRICE, " ", out)
     out = re.sub(_SEPARATORS, " ", out)
     out = re.sub(_FRENCH_BYTES, r"\1\2b", out)
     out = re.sub(_BYTE_RATE, r"\1\2bs", out)
+    out = re.sub(_MEGAPIXEL, "mp", out)
     out = re.sub(_LOST_DECIMAL, r"\1.\2\3", out)
     out = re.sub(_UNIT_GLUE, r"\1\2", out)
     return out.strip()

@@ -29,6 +29,14 @@ from pairsieve.text import match
         ("nikon d700 12 1mp slr | ebay", "nikon d700 12.1mp slr | ebay"),
         # ... but not other units: "2 4gb" may be two 4 GB sticks
         ("Corsair kit 2 4GB DDR3", "corsair kit 2 4gb ddr3"),
+        ("canon eos 7d 18 0 Megapixel camera", "canon eos 7d 18.0mp camera"),
+        # Alaska: a price tells offers apart, not products
+        (
+            "canon eos 5d mark iii 22.3mp on sale for $3509.95",
+            "canon eos 5d mark iii 22.3mp on sale for",
+        ),
+        ("nikon d50 6.1mp body used $1 | ebay", "nikon d50 6.1mp body used | ebay"),
+        ("Karte 16 GB 39,90 €", "karte 16gb"),
     ],
 )
 def test_normalize_glues_units_and_keeps_digits(raw: str, want: str) -> None:
