@@ -226,8 +226,8 @@ class ClusterConfig(Section):
         (),
         description="Veto reasons that do not block a pair, which the pair model then judges by "
         "its score: a product granularity coarser than one SKU, e.g. a camera body and its kits "
-        "(`model_code_conflict`, `length_conflict`) or titles whose megapixel figure lost its "
-        "decimal point (`pixels_conflict`). Names as in pairs.parquet's `veto_reason`.",
+        "(`model_code_conflict`, `length_conflict`). Names as in pairs.parquet's "
+        "`veto_reason`.",
     )
 
 

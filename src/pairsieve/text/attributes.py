@@ -128,6 +128,9 @@ _UNIT_CLASS = {
     "pcs": ("pack", 1.0),
     "pk": ("pack", 1.0),
 }
+# Figures sellers round: one offer says 16.1 MP, another 16 MP. Whole megapixels tell cameras
+# apart; the decimals do not, so a pixel count is compared in whole units.
+_ROUNDED_UNITS = frozenset({"pixels"})
 # The unit classes a quantity conflict can name ("<class>_conflict").
 UNIT_CLASSES = tuple(sorted({unit for unit, _ in _UNIT_CLASS.values()}))
 _QUANTITY = re.compile(
@@ -396,6 +399,15 @@ def _split_token(tok: str) -> tuple[str, ...]:
     return out
 
 
+def quantity_of(quantity: re.Match[str]) -> tuple[str, float]:
+    """(unit class, value in the class's unit) of a token `_QUANTITY` matched."""
+    unit_class, factor = _UNIT_CLASS[quantity.group(2)]
+    value = float(quantity.group(1)) * factor
+    if unit_class in _ROUNDED_UNITS:
+        value = float(int(value))
+    return unit_class, round(value, 3)
+
+
 def _classify(tok: str) -> tuple[int, object]:
     """What `extract_attributes` records for a token other than "mark" / "mk" (whose
     generation depends on the next token): (kind, value)."""
@@ -406,8 +418,7 @@ def _classify(tok: str) -> tuple[int, object]:
     if generation:
         return _GENERATION, generation
     if quantity:
-        unit_class, factor = _UNIT_CLASS[quantity.group(2)]
-        return _QUANTITY_KIND, (unit_class, round(float(quantity.group(1)) * factor, 3))
+        return _QUANTITY_KIND, quantity_of(quantity)
     if _is_code(tok):
         return _CODE, tok
     if _NUMBER.match(tok):

@@ -1,5 +1,6 @@
 """The clustering tuned to labels, with the real encoder on real camera titles: a catalog that
-counts "20mp" and "20.3mp" as one camera says so through its labels, and the veto gives way."""
+counts a camera's kits (other lenses) as one camera says so through its labels, and the veto
+gives way."""
 
 from __future__ import annotations
 
@@ -18,23 +19,23 @@ from pairsieve.labels.pairs import pair_id
 from pairsieve.labels.store import write_labels
 from tests.paths import SAMPLE_DIR
 
-# Each camera is listed twice, once with its megapixels rounded, as marketplaces list it.
+# Each camera is listed twice, as two kits with other lenses, as marketplaces list it.
 CAMERAS = [
-    ("canon powershot sx730 hs {} black", "20mp", "20.3mp"),
-    ("nikon coolpix a900 {} 35x zoom silver", "20mp", "20.3mp"),
-    ("sony cyber-shot dsc-wx350 {} 20x zoom white", "18mp", "18.2mp"),
-    ("panasonic lumix dmc-tz70 {} 30x zoom black", "12mp", "12.1mp"),
-    ("canon eos 80d {} dslr body only", "24mp", "24.2mp"),
-    ("fujifilm x-t20 {} mirrorless body silver", "24mp", "24.3mp"),
+    ("canon eos 80d 24.2mp dslr kit with {} lens", "18-55mm", "18-135mm"),
+    ("nikon d7200 24.2mp dslr kit {} vr lens", "18-105mm", "18-140mm"),
+    ("sony alpha a6000 24.3mp mirrorless kit {} black", "16-50mm", "55-210mm"),
+    ("canon eos rebel t6 18mp dslr kit {} lens", "18-55mm", "75-300mm"),
+    ("nikon d3400 24.2mp dslr {} kit black", "18-55mm", "70-300mm"),
+    ("fujifilm x-t20 24.3mp mirrorless {} kit silver", "18-55mm", "15-45mm"),
 ]
 
 
 def _catalog() -> pl.DataFrame:
     ids, titles = [], []
-    for i, (pattern, *pixels) in enumerate(CAMERAS):
-        for j, mp in enumerate(pixels):
+    for i, (pattern, *lenses) in enumerate(CAMERAS):
+        for j, lens in enumerate(lenses):
             ids.append(f"c{i}{j}")
-            titles.append(pattern.format(mp))
+            titles.append(pattern.format(lens))
     return pl.DataFrame({S.LISTING_ID: ids, S.TITLE: titles})
 
 
@@ -62,12 +63,12 @@ def _same(products: pl.DataFrame, a: str, b: str) -> bool:
     return of[a] == of[b]
 
 
-def test_labels_that_call_rounded_megapixels_one_camera_lift_that_veto(
+def test_labels_that_call_a_cameras_kits_one_camera_lift_that_veto(
     encoder, tmp_path, session_cache_dir
 ) -> None:
     cfg = PairsieveConfig().with_(cache_dir=str(session_cache_dir))
     plain = cluster.run(cfg, cluster.Inputs(_catalog()), tmp_path / "plain", encoder=encoder)
-    assert plain.details["vetoes"].get("pixels_conflict", 0) >= len(CAMERAS)
+    assert plain.details["vetoes"].get("length_conflict", 0) >= len(CAMERAS)
     products = pl.read_parquet(tmp_path / "plain" / S.PRODUCTS_FILE)
     assert not any(_same(products, f"c{i}0", f"c{i}1") for i in range(len(CAMERAS)))
 
@@ -79,14 +80,14 @@ def test_labels_that_call_rounded_megapixels_one_camera_lift_that_veto(
     found = tuned.details["labels"]
     assert found["labels_used"] >= len(same)  # the other pair may be no candidate at all
     assert found["labels_used"] + found["labels_not_in_this_clustering"] == len(same) + 1
-    assert "pixels_conflict" in found["proposed_lifts"]
-    assert "pixels_conflict" in found["chosen"]["lifted_vetoes"]
+    assert "length_conflict" in found["proposed_lifts"]
+    assert "length_conflict" in found["chosen"]["lifted_vetoes"]
     assert found["estimated_f1"] > found["default_estimated_f1"]
     products = pl.read_parquet(tmp_path / "tuned" / S.PRODUCTS_FILE)
     assert all(_same(products, f"c{i}0", f"c{i}1") for i in range(len(CAMERAS)))
     assert not _same(products, "c00", "c10")  # two cameras stay two
     pairs = pl.read_parquet(tmp_path / "tuned" / S.PAIRS_FILE)
-    assert pairs.filter(pl.col(S.VETO_REASON) == "pixels_conflict").height == 0
+    assert pairs.filter(pl.col(S.VETO_REASON) == "length_conflict").height == 0
 
 
 def test_labels_on_pairs_this_clustering_never_judged_are_counted_not_used(

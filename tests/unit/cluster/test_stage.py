@@ -264,7 +264,7 @@ def test_lifted_vetoes_fall_through_to_the_next_check() -> None:
     any (a body-and-kit granularity keeps capacities apart)."""
     titles = [
         "canon powershot sx730 hs 20mp black",
-        "canon powershot sx730 hs 20.3mp black",
+        "canon powershot sx730 hs 24mp black",
         "sandisk extreme 64gb sdsqxa2-064g",
         "sandisk extreme 128gb sdsqxa2-128g",
         "washing machine",

@@ -15,7 +15,7 @@ def _population(
     seed: int = 0, n: int = 2_000, code_share: float = 0.02
 ) -> tuple[adapt.Population, np.ndarray]:
     """Pairs with a score, a veto reason and a p_same, and their truth: pixel-conflict pairs
-    that score high are mostly one product (a catalog that counts "20mp" and "20.3mp" as one),
+    that score high are mostly one product (a catalog that counts a camera's kits as one),
     model-code conflicts are one product at ``code_share``."""
     rng = np.random.default_rng(seed)
     score = rng.random(n)

@@ -132,12 +132,21 @@ def test_a_shared_speed_does_not_hide_a_capacity_conflict() -> None:
 
 
 def test_a_lost_decimal_point_does_not_split_a_camera() -> None:
-    """Alaska: one eBay seller writes 20.2 MP as "20 2 mp"; another camera's 20.1 still clashes."""
+    """Alaska: one eBay seller writes 20.2 MP as "20 2 mp"; another camera's 24.2 still clashes."""
     ebay = attrs("brand new canon eos 70d 20 2 mp digital camera body only camera bag bundle")
     shop = attrs("canon eos 70d 20.2 mp digital slr camera kit - walmart.com")
     assert match.quantity_conflict(ebay, shop) is None
-    other = attrs("sony a5000 digital camera black 20 1mp uk | ebay")
+    other = attrs("nikon d3200 24 2 mp digital slr camera red | ebay")
     assert match.quantity_conflict(ebay, other) == "pixels_conflict"
+
+
+def test_megapixels_compare_in_whole_units() -> None:
+    """Sellers round pixel counts: 16.1 MP is sold as 16 MP. Whole megapixels still clash."""
+    assert match.quantity_conflict(attrs("nikon d7000 16mp body"), attrs("d7000 16.2mp")) is None
+    assert (
+        match.quantity_conflict(attrs("d7000 16.2mp"), attrs("d7100 24.1mp")) == "pixels_conflict"
+    )
+    assert match.quantity_conflict(attrs("1tb drive"), attrs("1.5tb drive")) == "bytes_conflict"
 
 
 def test_code_conflicts_need_an_unmatched_code_on_both_sides() -> None:
@@ -171,8 +180,7 @@ def _reference_attributes(title_norm: str) -> text.Attributes:
         if generation:
             generations.add(generation)
         elif quantity:
-            unit_class, factor = text._UNIT_CLASS[quantity.group(2)]
-            quantities.add((unit_class, round(float(quantity.group(1)) * factor, 3)))
+            quantities.add(text.quantity_of(quantity))
         elif text._is_code(tok):
             codes.add(tok)
         elif text._NUMBER.match(tok):
