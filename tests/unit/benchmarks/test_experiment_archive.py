@@ -3,8 +3,6 @@ scores go out keyed by query hash and come back with the build's own query texts
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
 
 import polars as pl
@@ -13,16 +11,15 @@ import pytest
 from pairsieve.core.hashing import column_keys
 from pairsieve.experiment.retrieval import METRICS
 from tests.paths import REPO
+from tests.unit.benchmarks.scripts import benchmark_module
 
 QUERIES = ["iphone 8 64gb", "sandisk ultra 32gb", "nikon d750 body"]
 
 
 @pytest.fixture(scope="module")
 def experiment():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(REPO / "benchmarks"))
-        yield importlib.import_module("experiment")
-    sys.modules.pop("experiment", None)
+    with benchmark_module("experiment") as module:
+        yield module
 
 
 def _run(folder: Path, stem: str, recall: list[float]) -> pl.DataFrame:
@@ -84,10 +81,13 @@ def test_each_catalog_and_share_has_its_own_archive(experiment):
     assert experiment.archive_of(args).name == "pricerunner-mine.relative_margin=none"
 
 
-def test_an_ablation_is_paired_on_the_queries_both_runs_share(tmp_path):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(REPO / "benchmarks"))
-        ablation = importlib.import_module("ablation")
+@pytest.fixture(scope="module")
+def ablation():
+    with benchmark_module("ablation") as module:
+        yield module
+
+
+def test_an_ablation_is_paired_on_the_queries_both_runs_share(ablation):
     metrics = {"recall@10": [1.0, 0.5, 0.0], "ndcg@10": [1.0, 0.5, 0.0], "mrr@10": [1.0, 0.5, 0.0]}
     arm = pl.DataFrame({"query": ["a", "b", "c"], **metrics})
     # b and c, in another order, each 0.25 lower; d is not shared.
@@ -99,12 +99,9 @@ def test_an_ablation_is_paired_on_the_queries_both_runs_share(tmp_path):
     assert (difference, lo, hi) == pytest.approx((0.25, 0.25, 0.25))
 
 
-def test_an_ablation_pairs_seed_with_seed_and_reads_kept_runs(experiment):
+def test_an_ablation_pairs_seed_with_seed_and_reads_kept_runs(experiment, ablation):
     """Seed 1's runs are kept ones (hashed queries), seed 0's hold the text; the difference is
     seed 0's 0.1 and seed 1's 0.3 on the shared queries, never a cross-seed pairing."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(REPO / "benchmarks"))
-        ablation = importlib.import_module("ablation")
 
     def run(queries: list[str], scores: list[float], kept: bool = False) -> pl.DataFrame:
         frame = pl.DataFrame({"query": queries, **{m: scores for m in METRICS}})

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import numpy as np
 import pytest
 
 from pairsieve.cluster.evaluate import score
-from tests.paths import REPO
+from tests.unit.benchmarks.scripts import benchmark_module
 
 
 @pytest.fixture(scope="module")
-def transfer(monkeypatch_module):
-    monkeypatch_module.syspath_prepend(str(REPO / "benchmarks"))
-    module = importlib.import_module("transfer")
-    yield module
-    sys.modules.pop("transfer", None)
-    sys.modules.pop("fit_verifier", None)
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as patch:
-        yield patch
+def transfer():
+    with benchmark_module("transfer") as module:
+        yield module
 
 
 class FakeRun:

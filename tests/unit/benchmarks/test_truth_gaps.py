@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import numpy as np
 import polars as pl
 import pytest
 
 from pairsieve import schemas as S
-from tests.paths import REPO
+from tests.unit.benchmarks.scripts import benchmark_module
 
 
 @pytest.fixture(scope="module")
 def truth_gaps():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.syspath_prepend(str(REPO / "benchmarks"))
-        yield importlib.import_module("truth_gaps")
-    sys.modules.pop("truth_gaps", None)
+    with benchmark_module("truth_gaps") as module:
+        yield module
 
 
 def test_every_kind_of_pair_is_told_apart(truth_gaps) -> None:
