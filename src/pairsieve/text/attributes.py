@@ -44,21 +44,31 @@ _CONTROL = r"[\x00-\x1f\x7f-\x9f]"
 _SEPARATORS = r"[\s\u00a0]+"
 
 
+# The rewrites of a lower-cased NFKC title, in order, as (pattern, replacement in polars'
+# "${1}" spelling); `normalize_expr` and `normalize` both apply this one list.
+_REWRITES = (
+    (_CONTROL, " "),
+    (_PRICE, " "),
+    (_SEPARATORS, " "),
+    (_FRENCH_BYTES, "${1}${2}b"),
+    (_BYTE_RATE, "${1}${2}bs"),
+    (_MEGAPIXEL, "mp"),
+    (_LOST_DECIMAL, "${1}.${2}${3}"),
+    (_UNIT_GLUE, "${1}${2}"),
+)
+_PYTHON_REWRITES = tuple(
+    (re.compile(pattern), re.sub(r"\$\{(\d+)\}", r"\\g<\1>", replacement))
+    for pattern, replacement in _REWRITES
+)
+
+
 def normalize_expr(expr: pl.Expr) -> pl.Expr:
-    """Vectorised normalisation: NFKC, lower case, no control chars, units glued, single spaces."""
-    return (
-        expr.str.normalize("NFKC")
-        .str.to_lowercase()
-        .str.replace_all(_CONTROL, " ")
-        .str.replace_all(_PRICE, " ")
-        .str.replace_all(_SEPARATORS, " ")
-        .str.replace_all(_FRENCH_BYTES, "${1}${2}b")
-        .str.replace_all(_BYTE_RATE, "${1}${2}bs")
-        .str.replace_all(_MEGAPIXEL, "mp")
-        .str.replace_all(_LOST_DECIMAL, "${1}.${2}${3}")
-        .str.replace_all(_UNIT_GLUE, "${1}${2}")
-        .str.strip_chars()
-    )
+    """Vectorised normalisation: NFKC, lower case, no control chars or prices, units glued,
+    single spaces."""
+    out = expr.str.normalize("NFKC").str.to_lowercase()
+    for pattern, replacement in _REWRITES:
+        out = out.str.replace_all(pattern, replacement)
+    return out.str.strip_chars()
 
 
 def brand_expr(columns: list[str]) -> pl.Expr:
@@ -71,14 +81,8 @@ def brand_expr(columns: list[str]) -> pl.Expr:
 def normalize(text: str) -> str:
     """The same normalisation as `normalize_expr` for one string."""
     out = unicodedata.normalize("NFKC", text).lower()
-    out = re.sub(_CONTROL, " ", out)
-    out = re.sub(_PRICE, " ", out)
-    out = re.sub(_SEPARATORS, " ", out)
-    out = re.sub(_FRENCH_BYTES, r"\1\2b", out)
-    out = re.sub(_BYTE_RATE, r"\1\2bs", out)
-    out = re.sub(_MEGAPIXEL, "mp", out)
-    out = re.sub(_LOST_DECIMAL, r"\1.\2\3", out)
-    out = re.sub(_UNIT_GLUE, r"\1\2", out)
+    for pattern, replacement in _PYTHON_REWRITES:
+        out = pattern.sub(replacement, out)
     return out.strip()
 
 
