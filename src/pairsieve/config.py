@@ -231,9 +231,6 @@ class ClusterConfig(Section):
     )
 
 
-MARGIN_LOOKAHEAD = 4  # candidates judged inside the margin per negative wanted (see below)
-
-
 class MineConfig(Section):
     """Hard-negative mining (names follow sentence-transformers' `mine_hard_negatives`)."""
 
@@ -249,9 +246,7 @@ class MineConfig(Section):
         50,
         ge=1,
         description="Listings retrieved per query in the first round. A query with a pair short "
-        "of `num_negatives` is mined again from these plus its best listings at or below the "
-        "margin (4x more each round, up to rank `range_max`): a weakly matched positive puts "
-        "hundreds of listings inside the margin, and its negatives lie below them.",
+        "of `num_negatives` is mined again below the margin (4x deeper a round, to `range_max`).",
     )
     num_negatives: int = Field(5, ge=1, le=200, description="Negatives kept per pair.")
     refresh_builds: int = Field(
@@ -263,9 +258,7 @@ class MineConfig(Section):
         "by a hash of the query), so no query's negatives are older than that many builds and "
         "new listings reach them. 1 = mine every query every build.",
     )
-    absolute_margin: float | None = Field(
-        None, ge=0, description="Drop candidates scoring above positive - margin."
-    )
+    absolute_margin: float | None = Field(None, ge=0, description="Limit: positive - margin.")
     relative_margin: float | None = Field(
         0.05,
         ge=0,
@@ -273,13 +266,18 @@ class MineConfig(Section):
         description="Drop candidates scoring above positive - |positive| * margin; 0.05 is "
         "NV-Retriever's TopK-PercPos 95% (arXiv 2407.15831). None disables.",
     )
-    margin_spares_variants: bool = Field(
-        False,
-        description="Keep a candidate inside the margin when its title conflicts with the "
-        "positive's (another model code, capacity, generation, variant or number: the cluster "
-        "stage's vetoes). The margin guards against copies the clusterer missed; a judged "
-        "variant is none, and it is the hardest true negative there is. Only the first "
-        f"{MARGIN_LOOKAHEAD} x num_negatives candidates of a pair inside the margin are judged.",
+    judge_margin: bool = Field(
+        True,
+        description="Judge the best candidates inside the margin by their probability of being "
+        "the positive's product (`mine.judgement`): keep the unlikely, drop the likely.",
+    )
+    copy_model: str | None = Field(None, description="The judgement's model; None: shipped.")
+    copy_density: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="The judgement's prior, "
+        "the share of copies inside the margin; None: what the build's product ids know of it.",
     )
     max_score: float | None = Field(None, description="Drop candidates scoring above this.")
     min_score: float | None = Field(None, description="Drop candidates scoring below this.")

@@ -12,8 +12,9 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.config import MARGIN_LOOKAHEAD, MineConfig
+from pairsieve.config import MineConfig
 from pairsieve.core.hashing import avalanche64, column_keys
+from pairsieve.mine import judgement
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 
@@ -23,7 +24,8 @@ REASONS = (
     "same_listing",  # the pair's positive itself
     "other_positive",  # another listing clicked for the same query
     "same_product",  # a listing of the product of any of the query's positives
-    "margin",  # within absolute/relative margin of the query's weakest positive
+    "judged_copy",  # inside the margin, and judged a copy of the positive's product
+    "margin",  # inside the margin, and the judgement cannot tell (or was not asked)
     "max_score",  # scores above mine.max_score
     "min_score",  # scores below mine.min_score
     "range_min",  # one of the first mine.range_min survivors, skipped on purpose
@@ -32,6 +34,7 @@ REASONS = (
     "not_sampled",  # eligible, but beyond the num_negatives taken by `sampling`
 )
 
+MARGIN_LOOKAHEAD = 4  # candidates judged inside the margin per negative wanted
 _PRODUCT = "_product"
 _POSITIVE_PRODUCT = "_positive_product"
 NEGATIVE_COLUMNS = (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.RANK, S.SCORE,
@@ -113,28 +116,45 @@ def _attributes_of(titles: pl.DataFrame, ids: pl.Series) -> dict[str, text.Attri
     return {key: text.extract_attributes(found.get(key, "")) for key in distinct.to_list()}
 
 
-def _judged_variants(
+P_COPY = "p_copy"  # a judged candidate's probability of being the positive's product
+
+
+def _judged(
     table: pl.DataFrame, inside: pl.Expr, titles: pl.DataFrame, cfg: MineConfig
 ) -> pl.Series:
-    """Boolean per row: a candidate `inside` the margin whose title conflicts with its pair's
-    positive, among the first `MARGIN_LOOKAHEAD * num_negatives` inside it by rank."""
+    """``p_copy`` per row (`judgement`) of the candidates `inside` the margin, among the first
+    `MARGIN_LOOKAHEAD * num_negatives` inside it of each pair by rank; null for the rest."""
     pair = [S.QUERY, S.POSITIVE_LISTING_ID]
     ahead = pl.int_range(pl.len()).over([*pair, inside], order_by=S.RANK)
-    judged = table.with_row_index("_row").filter(
-        inside & (ahead < MARGIN_LOOKAHEAD * cfg.num_negatives)
+    judged = (
+        table.with_row_index("_row")
+        .with_columns(ahead.alias("_ahead"))
+        .filter(inside & (pl.col("_ahead") < MARGIN_LOOKAHEAD * cfg.num_negatives))
     )
     positive, negative = judged[S.POSITIVE_LISTING_ID], judged[S.NEGATIVE_LISTING_ID]
     attributes = _attributes_of(titles, pl.concat([positive, negative]))
-    pairs = zip(positive, negative, strict=True)
-    conflicts = [match.conflict(attributes[a], attributes[b]) is not None for a, b in pairs]
-    spared = np.zeros(table.height, dtype=bool)
-    spared[judged["_row"].filter(pl.Series(conflicts, dtype=pl.Boolean)).to_numpy()] = True
-    return pl.Series("_spared", spared)
+    excess = judged.select(judgement.relative_excess(pl.col(S.SCORE), pl.col(S.POSITIVE_SCORE)))
+    features = judgement.pair_features(
+        [attributes[key] for key in positive],
+        [attributes[key] for key in negative],
+        excess.to_series().to_numpy(),
+        judged["_ahead"].to_numpy(),
+    )
+    density = cfg.copy_density
+    if density is None:  # a call outside a build: the table's own evidence
+        density = judgement.smoothed_density(*_density_counts(table))
+    p = np.full(table.height, np.nan)
+    p[judged["_row"].to_numpy()] = judgement.load_copy_model(cfg.copy_model).probability(
+        features, density
+    )
+    return pl.Series(P_COPY, p, dtype=pl.Float64).fill_nan(None)
 
 
 def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
-    """The identity and score reasons in precedence order; `inside`: the margin drops the row."""
+    """The identity and score reasons in precedence order. A row `inside` the margin is dropped
+    as a judged copy, kept when judged another product, and dropped by the margin otherwise."""
     score = pl.col(S.SCORE)
+    model = judgement.load_copy_model(cfg.copy_model)
     return (
         pl.when(pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID))
         .then(pl.lit("same_listing"))
@@ -142,7 +162,9 @@ def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
         .then(pl.lit("other_positive"))
         .when(pl.col("_pos_product").fill_null(False))
         .then(pl.lit("same_product"))
-        .when(inside)
+        .when(inside & (pl.col(P_COPY) >= model.drop_above).fill_null(False))
+        .then(pl.lit("judged_copy"))
+        .when(inside & ~(pl.col(P_COPY) <= model.keep_below).fill_null(False))
         .then(pl.lit("margin"))
         .when(score > (cfg.max_score if cfg.max_score is not None else float("inf")))
         .then(pl.lit("max_score"))
@@ -151,15 +173,11 @@ def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
     )
 
 
-def _stamp_filters(
-    candidates: pl.DataFrame,
-    positives: pl.DataFrame,
-    products: pl.DataFrame,
-    cfg: MineConfig,
-    titles: pl.DataFrame | None,
+def _joined(
+    candidates: pl.DataFrame, positives: pl.DataFrame, products: pl.DataFrame, cfg: MineConfig
 ) -> pl.DataFrame:
-    """Every (pair, candidate) row with the first score/identity reason that drops it, or null.
-    With `cfg.margin_spares_variants` (and `titles`), judged variants pass the margin."""
+    """Every (pair, candidate) row with its rank, its product, the query's margin limit and
+    whether the candidate is a clicked listing or of a positive's product."""
     product_of = products.select(S.LISTING_ID, pl.col(S.PRODUCT_ID).alias(_PRODUCT))
     ranked = candidates if S.RANK in candidates.columns else with_ranks(candidates)
     ranked = (
@@ -173,7 +191,6 @@ def _stamp_filters(
         pl.col(_PRODUCT).fill_null(pl.col(S.POSITIVE_LISTING_ID)).alias(_POSITIVE_PRODUCT),
         pl.col(S.POSITIVE_SCORE).cast(pl.Float32),
     )
-    limit = _limits(pos, cfg)
     clicked = pos.select(
         S.QUERY,
         pl.col(S.POSITIVE_LISTING_ID).alias(S.NEGATIVE_LISTING_ID),
@@ -182,24 +199,67 @@ def _stamp_filters(
     positive_products = pos.select(
         S.QUERY, pl.col(_POSITIVE_PRODUCT).alias(_PRODUCT), pl.lit(True).alias("_pos_product")
     ).unique()
-    table = (
+    return (
         pos.select(S.QUERY, S.POSITIVE_LISTING_ID, S.POSITIVE_SCORE)
         .join(ranked, on=S.QUERY)
-        .join(limit, on=S.QUERY)
+        .join(_limits(pos, cfg), on=S.QUERY)
         .join(clicked, on=[S.QUERY, S.NEGATIVE_LISTING_ID], how="left")
         .join(positive_products, on=[S.QUERY, _PRODUCT], how="left")
     )
-    identity = (
-        (pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID))
-        | pl.col("_clicked").fill_null(False)
-        | pl.col("_pos_product").fill_null(False)
+
+
+_OTHER_CLICK = (pl.col(S.NEGATIVE_LISTING_ID) == pl.col(S.POSITIVE_LISTING_ID)) | pl.col(
+    "_clicked"
+).fill_null(False)
+_ABOVE_LIMIT = pl.col(S.SCORE) > pl.col("_limit")
+
+
+def _density_counts(table: pl.DataFrame) -> tuple[int, int]:
+    """(candidates of the positive's product by the ids, candidates) above the margin limit of
+    a `_joined` table; the clicked listings are not candidates."""
+    above = table.filter(_ABOVE_LIMIT & ~_OTHER_CLICK)
+    return int(above["_pos_product"].fill_null(False).sum()), above.height
+
+
+def density_counts(
+    candidates: pl.DataFrame, positives: pl.DataFrame, products: pl.DataFrame, cfg: MineConfig
+) -> tuple[int, int]:
+    """How many of the candidates inside the margin the product ids already know as copies of
+    the positive's product, and how many there are: the build's evidence of how many copies
+    its margin guards against (`judgement.smoothed_density`). Arguments as `filter_candidates`'s."""
+    return _density_counts(_joined(candidates, positives, products, cfg))
+
+
+def judged_rows(
+    candidates: pl.DataFrame, positives: pl.DataFrame, products: pl.DataFrame, cfg: MineConfig
+) -> pl.DataFrame:
+    """(query, positive_listing_id, negative_listing_id, score, p_copy, reason) of the candidates
+    the judgement decided, as `filter_candidates` judges them (before the selection steps, so a
+    kept one may still lose to `product_repeat` or the sample). ``products`` with title_norm."""
+    stamped = _stamp_filters(candidates, positives, products, cfg, products)
+    return stamped.filter(pl.col(P_COPY).is_not_null()).select(
+        S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.SCORE, P_COPY, S.REASON
     )
-    inside = ~identity & (pl.col(S.SCORE) > pl.col("_limit"))
-    if cfg.margin_spares_variants and titles is not None:
-        table = table.with_columns(_judged_variants(table, inside, titles, cfg))
-        inside = inside & ~pl.col("_spared")
+
+
+def _stamp_filters(
+    candidates: pl.DataFrame,
+    positives: pl.DataFrame,
+    products: pl.DataFrame,
+    cfg: MineConfig,
+    titles: pl.DataFrame | None,
+) -> pl.DataFrame:
+    """Every (pair, candidate) row with the first score/identity reason that drops it, or null,
+    and the ``p_copy`` of those the judgement decides (`cfg.judge_margin`, with `titles`)."""
+    table = _joined(candidates, positives, products, cfg)
+    identity = _OTHER_CLICK | pl.col("_pos_product").fill_null(False)
+    inside = ~identity & _ABOVE_LIMIT
+    if cfg.judge_margin and titles is not None:
+        table = table.with_columns(_judged(table, inside, titles, cfg))
+    else:
+        table = table.with_columns(pl.lit(None, pl.Float64).alias(P_COPY))
     return table.with_columns(_first_reason(inside, cfg).alias(S.REASON)).drop(
-        "_limit", "_clicked", "_pos_product", "_spared", strict=False
+        "_limit", "_clicked", "_pos_product"
     )
 
 

@@ -13,13 +13,15 @@ all three with the margin 0.03% at 92% of the negatives. Typed queries often sco
 listing below most of their top 50, where the margin drops everything, so a query whose pairs end
 short of `num_negatives` is mined again below the margin instead of going without negatives.
 The margin also throws away the hardest true negatives: other models that the untrained encoder
-scores above the clicked listing. `mine.margin_spares_variants` keeps those whose title the pair
-judgement tells apart from the positive's (RESULTS.md, "what separates pairsieve from naive").
+scores above the clicked listing. So the best candidates inside the margin are judged
+(`mine.judgement`, with the build's copy density as the prior): those unlikely to be a copy are
+kept, the likely ones dropped as `judged_copy`, and the margin decides the rest.
 
 The stage's parts, each tested alone:
 
 * `mine.retrieval`: embed the distinct queries and listings with the shared cache and build a
   faiss index over the listings (exact up to `knn.exact_max`);
+* `mine.judgement`: the probability that a candidate inside the margin is a copy;
 * `mine.filters.filter_candidates`: stamps every candidate of every (query, positive) pair with
   the first reason that drops it, or keeps it;
 * `mine.deepen.mine_span` joins them, searching each query only as deep as its pairs need;
@@ -42,20 +44,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import Source, StageResult
+from pairsieve.core.hashing import text_keys
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.partitions import MapSpans
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import partitions
 from pairsieve.mine.deepen import COUNT, Mined
-from pairsieve.mine.filters import REASONS
+from pairsieve.mine.filters import REASONS, density_counts
+from pairsieve.mine.judgement import smoothed_density
 from pairsieve.mine.refilter import Refiltered, refilter_mapped, with_reused
-from pairsieve.mine.retrieval import build_retrieval, embed_inputs, positive_table
+from pairsieve.mine.retrieval import Embedded, build_retrieval, embed_inputs, positive_table
 from pairsieve.mine.reuse import PreviousMining, ReusePlan
 from pairsieve.text import attributes as text
 from pairsieve.vectors import knn
@@ -64,6 +69,7 @@ from pairsieve.vectors.embed import (
     load_encoder,
     shared_cache,
 )
+from pairsieve.vectors.threads import fixed_threads
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +190,8 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     map_spans: MapSpans | None,
 ) -> _Rows:
     """Mine the clicked ``pairs``: queries whose inputs did not change keep the previous build's
-    rows, queries that only gained clicks or were regrouped are refiltered, the rest are mined.
-    The queries to mine are mapped in partitions with ``map_spans`` (`mine.partitions`). The
-    dropped rows come back as a scan of part files in ``spill``, read until written."""
+    rows, those that only gained clicks or were regrouped are refiltered, the rest are mined in
+    partitions mapped with ``map_spans``; dropped rows come back as a scan of ``spill``'s parts."""
     none = pl.Series(S.QUERY, [], dtype=pl.String)
     plan, state = ReusePlan(none, none), None
     if previous is not None:
@@ -195,8 +200,8 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     fresh = pairs.filter(~pl.col(S.QUERY).is_in(plan.reused.implode()))
     cache = shared_cache(cfg.cache_dir, encoder.model_key)
     embedded = embed_inputs(fresh[S.QUERY].to_list(), listings, encoder, cache)
-    positives = positive_table(fresh, embedded)
-    info = listing_products(listings, products)
+    positives, info = positive_table(fresh, embedded), listing_products(listings, products)
+    cfg, density = _with_copy_density(cfg, embedded, positives, info)
     started = time.perf_counter()
     refiltered = None
     if state is not None and plan.refiltered.len():
@@ -216,6 +221,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         counts, kept, dropped, reused = with_reused(state, plan.reused, counts, kept, dropped)
         reasons = {r: reasons.get(r, 0) + reused.get(r, 0) for r in REASONS}
     details: dict[str, Any] = {
+        "copy_density": density,
         "partitions": mapped["partitions"],
         "skipped_above_ceiling": mined.skipped_above_ceiling,
         "retrieval_rounds": mined.rounds,
@@ -233,6 +239,46 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         "mine_wall_s": round(mapped["wall_s"], 3),
     }
     return _Rows(counts, kept, dropped, reasons, timings, details, layout)
+
+
+_DENSITY_SAMPLE = 512  # queries whose exact top candidates estimate the copy density
+
+
+def _with_copy_density(
+    cfg: PairsieveConfig, embedded: Embedded, positives: pl.DataFrame, info: pl.DataFrame
+) -> tuple[PairsieveConfig, dict[str, Any]]:
+    """``cfg`` with `mine.copy_density` resolved, and how: when it is unset (and the margin is
+    judged), the share of copies the product ids know among the candidates inside the margin
+    of a sample of the queries (those with the smallest text keys, so the same sample whatever
+    the order or partitioning of the log), from an exact search of their top
+    `mine.search_depth`. One value for the whole build, so every partition judges alike."""
+    mine = cfg.mine
+    if not mine.judge_margin or mine.copy_density is not None:
+        return cfg, {"value": mine.copy_density, "source": "config"}
+    rows = np.sort(np.argsort(text_keys(embedded.queries), kind="stable")[:_DENSITY_SAMPLE])
+    with fixed_threads():
+        row, ids, scores, ranks, _ = knn.scan_below(
+            embedded.listing_vectors,
+            embedded.query_vectors[rows],
+            np.full(len(rows), np.inf, dtype=np.float32),
+            mine.search_depth,
+            1,
+        )
+    names = pl.Series(S.QUERY, [embedded.queries[i] for i in rows], dtype=pl.String).gather(row)
+    candidates = pl.DataFrame(
+        {
+            S.QUERY: names,
+            S.NEGATIVE_LISTING_ID: embedded.listing_ids.gather(ids),
+            S.SCORE: scores,
+            S.RANK: pl.Series(ranks, dtype=pl.Int32),
+        }
+    )
+    sampled = positives.filter(pl.col(S.QUERY).is_in(names.unique().implode()))
+    known, considered = density_counts(candidates, sampled, info, mine)
+    density = smoothed_density(known, considered)
+    resolved = cfg.model_copy(update={"mine": mine.model_copy(update={"copy_density": density})})
+    sample = {"queries": len(rows), "inside_margin": considered, "known_copies": known}
+    return resolved, {"value": round(density, 6), "source": "estimated", **sample}
 
 
 def _incremental(

@@ -27,6 +27,7 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
 from pairsieve.report import sections as R
 from pairsieve.report.headline import headline_section
+from pairsieve.report.judged import judged_figures
 from pairsieve.report.labelled import NOTE as LABELS_NOTE
 from pairsieve.report.labelled import label_figures
 from pairsieve.report.labels import label, value_text
@@ -201,7 +202,11 @@ def temperature_from_run(cfg: PairsieveConfig, mined: MineScores | None) -> dict
     )
 
 
-def hard_negatives_from_run(mined: MineScores | None) -> dict[str, Any] | None:
+def hard_negatives_from_run(
+    mined: MineScores | None, judged: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The section, with what the judgement of the candidates inside the margin did
+    (`report.judged`) when the build judged them."""
     if mined is None:
         return None
     kept, same = mined.kept, mined.same_product
@@ -212,6 +217,7 @@ def hard_negatives_from_run(mined: MineScores | None) -> dict[str, Any] | None:
         # of the candidates a product-blind miner could have kept (kept + same-product), the share
         # that was the positive's product
         "same_product_share_of_eligible": same.height / max(kept.height + same.height, 1),
+        **(judged or {}),
     }
     scores = {
         "positives": mined.positives[S.POSITIVE_SCORE].to_numpy(),
@@ -369,7 +375,7 @@ def build_report(
         "duplicates": lambda: duplicates_from_run(cfg, run_dir),
         "batches": lambda: batches_from_run(cfg, run_dir),
         "temperature": lambda: temperature_from_run(cfg, mined),
-        "hard_negatives": lambda: hard_negatives_from_run(mined),
+        "hard_negatives": lambda: hard_negatives_from_run(mined, judged_figures(cfg, run_dir)),
         "quality": lambda: quality_from_run(cfg, run_dir),
     }
     report: dict[str, Any] = {

@@ -235,48 +235,76 @@ def test_titles_are_looked_up_only_for_the_listings_judged():
     assert found["gone"] == text.extract_attributes("")
 
 
-def test_the_margin_spares_judged_variants_and_still_drops_what_nothing_tells_apart():
-    titles = {
-        "p": "cda fw852 integrated 50/50 fridge freezer",
-        "code": "cda fw422 integrated fridge",  # another model code: a variant
-        "reworded": "cda fw852 fridge freezer integrated",  # a copy the clusterer missed
-        "bigger": "sandisk ultra 64gb microsdxc",  # another capacity than...
-        "p2": "sandisk ultra 32gb microsdhc",  # ...this positive's
-        "below": "bosch serie 4 washing machine",
-    }
-    scores = {"q": {"code": 0.9, "reworded": 0.85, "below": 0.3}, "r": {"bigger": 0.9}}
-    positives = {("q", "p"): 0.6, ("r", "p2"): 0.6}
-    candidates, pos, _ = frames(scores, positives)
-    cfg = MineConfig(num_negatives=2, margin_spares_variants=True, duplicate_guard_jaccard=None)
-    kept, dropped = mine_filter.filter_candidates(candidates, pos, _titled(titles), cfg, 13)
+# Real titles (PriceRunner's CDA fridges, Altosight's SanDisk cards): a positive, another model
+# and another capacity the encoder scores above it, and a reworded copy the clusterer missed.
+JUDGED_TITLES = {
+    "p": "cda fw852 integrated 50/50 fridge freezer",
+    "code": "cda fw422 integrated fridge",
+    "reworded": "cda fw852 fridge freezer integrated",
+    "p2": "sandisk ultra 32gb microsdhc",
+    "bigger": "sandisk ultra 64gb microsdxc",
+    "below": "bosch serie 4 washing machine",
+}
+JUDGED_SCORES = {"q": {"code": 0.9, "reworded": 0.85, "below": 0.3}, "r": {"bigger": 0.9}}
+JUDGED_POSITIVES = {("q", "p"): 0.6, ("r", "p2"): 0.6}
+
+
+def _judged(density: float | None, **settings) -> tuple[pl.DataFrame, pl.DataFrame]:
+    candidates, pos, _ = frames(JUDGED_SCORES, JUDGED_POSITIVES)
+    cfg = MineConfig(num_negatives=2, duplicate_guard_jaccard=None, copy_density=density,
+                     **settings)  # fmt: skip
+    return mine_filter.filter_candidates(candidates, pos, _titled(JUDGED_TITLES), cfg, 13)
+
+
+def test_where_copies_are_rare_the_judgement_keeps_variants_above_the_positive():
+    """Another model code and another capacity are kept although they score above the
+    positive; the reworded copy, which nothing tells apart, is still dropped."""
+    kept, dropped = _judged(0.005)
     assert kept_ids(kept) == ["code", "below"]
-    assert reasons(dropped) == {"reworded": "margin"}
     assert kept_ids(kept, "r") == ["bigger"]
-    plain = cfg.model_copy(update={"margin_spares_variants": False})
-    kept, dropped = mine_filter.filter_candidates(candidates, pos, _titled(titles), plain, 13)
-    assert kept_ids(kept) == ["below"] and reasons(dropped) == {
-        "code": "margin",
-        "reworded": "margin",
-    }
+    assert reasons(dropped) == {"reworded": "margin"}
 
 
-def test_the_margin_judges_only_the_first_candidates_inside_it():
+def test_where_copies_are_many_the_judgement_leaves_variants_to_the_margin():
+    """The same candidates in a build whose retrieval is full of copies: a conflicting title is
+    no longer evidence enough, and the reworded copy is judged a copy outright."""
+    kept, dropped = _judged(0.5)
+    assert kept_ids(kept) == ["below"] and kept_ids(kept, "r") == []
+    assert reasons(dropped) == {"code": "margin", "reworded": "judged_copy"}
+    assert reasons(dropped, "r") == {"bigger": "margin"}
+
+
+def test_without_the_judgement_the_margin_drops_everything_inside_it():
+    kept, dropped = _judged(0.005, judge_margin=False)
+    assert kept_ids(kept) == ["below"] and kept_ids(kept, "r") == []
+    assert reasons(dropped) == {"code": "margin", "reworded": "margin"}
+
+
+def test_the_judgement_reads_only_the_first_candidates_inside_the_margin():
     titles = {"p": "apple iphone 8 64gb", **{f"v{i}": f"apple iphone {i} 64gb" for i in (3, 4, 5)}}
-    scores = {"q": {"v3": 0.9, "v4": 0.8, "v5": 0.7}}
-    candidates, pos, _ = frames(scores, {("q", "p"): 0.5})
-    cfg = MineConfig(num_negatives=1, margin_spares_variants=True, duplicate_guard_jaccard=None)
-    listings = _titled(titles)
-    table = mine_filter._stamp_filters(candidates, pos, listings, cfg, listings)
-    spared = table.filter(pl.col(S.REASON).is_null())[S.NEGATIVE_LISTING_ID].sort().to_list()
-    assert spared == ["v3", "v4", "v5"]  # 3 inside the margin, within the 4 judged per negative
+    cfg = MineConfig(num_negatives=1, duplicate_guard_jaccard=None, copy_density=1e-4)
     many = {f"v{i}": f"apple iphone {i} 64gb" for i in range(10, 20)}
     scores = {"q": {k: 0.9 - i / 100 for i, k in enumerate(many)}}
     candidates, pos, _ = frames(scores, {("q", "p"): 0.5})
     listings = _titled({"p": titles["p"], **many})
     table = mine_filter._stamp_filters(candidates, pos, listings, cfg, listings)
+    judged = table.filter(pl.col(mine_filter.P_COPY).is_not_null()).sort(S.RANK)
+    assert judged[S.NEGATIVE_LISTING_ID].to_list() == ["v10", "v11", "v12", "v13"]
     assert table.filter(pl.col(S.REASON).is_null()).height == 4  # the best 4 by rank
     inside = table.filter(pl.col(S.REASON) == "margin").sort(S.RANK)
     assert inside[S.NEGATIVE_LISTING_ID].to_list()[0] == "v14"
+
+
+def test_copy_density_counts_the_known_copies_among_the_candidates_inside_the_margin():
+    """Inside the margin (above 0.57 for a positive at 0.6): a copy the product ids know, two
+    other products and a second clicked listing, which is no candidate; below it, a copy."""
+    scores = {"q": {"copy": 0.9, "a": 0.8, "b": 0.7, "p2": 0.95, "copy_low": 0.2}}
+    positives = {("q", "p"): 0.6, ("q", "p2"): 0.7}
+    products = {"p": "P", "copy": "P", "copy_low": "P", "a": "A", "b": "B", "p2": "Q"}
+    candidates, pos, prod = frames(scores, positives, products)
+    known, considered = mine_filter.density_counts(candidates, pos, prod, MineConfig())
+    # per pair: p's candidates copy (known), a, b (p2 is clicked); p2's pair has the same three
+    assert (known, considered) == (2, 6)
 
 
 def test_duplicate_guard_refills_each_pair_as_walking_its_list_would():
@@ -504,8 +532,11 @@ def test_run_with_the_real_model_never_returns_a_copy_of_the_positive(tiny, enco
     assert reasons(dropped, "iphone 8 64gb")["l2"] == "same_product"
     sony = reasons(dropped, "sony wh-1000xm3", "l9")
     assert sony["l11"] == "other_positive" and sony["l10"] in {"same_product", "margin"}
-    assert (kept[S.SCORE] <= kept[S.POSITIVE_SCORE]).all()
     assert result.details["pairs_short"] == 0 and result.details["pairs"] == 4
+    density = result.details["copy_density"]  # the judgement's prior, from the build itself
+    assert density["source"] == "estimated" and density["queries"] == 3  # distinct queries
+    assert density["known_copies"] <= density["inside_margin"]
+    assert 0 < density["value"] < 1
     assert sum(result.dropped_by_reason.values()) == dropped.height
     # the batches' spilled dropped rows are gone once their file is written
     assert sorted(p.name for p in (folder / "mine").iterdir() if p.is_dir()) == []
@@ -516,9 +547,10 @@ def test_run_is_byte_identical_whatever_the_click_order(tiny, encoder):
     clicks = pl.read_parquet(folder / "clicks.parquet")
     listings = pl.read_parquet(folder / "listings.parquet")
     products = pl.read_parquet(folder / "products.parquet")
-    mine.run(cfg, mine.Inputs(clicks, listings, products), folder / "a", encoder=encoder)
+    first = mine.run(cfg, mine.Inputs(clicks, listings, products), folder / "a", encoder=encoder)
     reversed_inputs = mine.Inputs(clicks.reverse(), listings.reverse(), products.reverse())
-    mine.run(cfg, reversed_inputs, folder / "b", encoder=encoder)
+    second = mine.run(cfg, reversed_inputs, folder / "b", encoder=encoder)
+    assert second.details["copy_density"] == first.details["copy_density"]
     for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
         assert (folder / "a" / name).read_bytes() == (folder / "b" / name).read_bytes()
 

@@ -1,0 +1,42 @@
+"""The judgement of mined candidates is fitted and its threshold chosen without the catalog it is
+measured on."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from pairsieve.mine import judgement
+from tests.unit.benchmarks.scripts import benchmark_module
+
+
+def _catalog(seed: int, n: int = 400) -> tuple[pl.DataFrame, float]:
+    """Judged candidates whose copies are told by the features as in a real catalog: a model
+    code or capacity conflict makes a copy rare, shared words make it likelier."""
+    rng = np.random.default_rng(seed)
+    kind = rng.integers(0, 3, n)  # 0 no conflict, 1 model code, 2 capacity
+    jaccard = rng.uniform(0, 1, n)
+    z = -2.0 + 2.5 * jaccard - 3.0 * (kind > 0)
+    frame = {name: np.zeros(n) for name in judgement.FEATURES}
+    frame["conflict_model_code"] = (kind == 1).astype(float)
+    frame["conflict_quantity"] = (kind == 2).astype(float)
+    frame["jaccard"] = jaccard
+    frame["position"] = np.log1p(rng.integers(0, 20, n))
+    copies = rng.uniform(0, 1, n) < 1 / (1 + np.exp(-z))
+    first = rng.uniform(0, 1, n) < 0.3
+    return pl.DataFrame(frame).with_columns(
+        pl.Series("copy", copies), pl.Series("first", first)
+    ), 0.05
+
+
+def test_each_catalog_is_judged_by_a_model_fitted_without_it():
+    with benchmark_module("fit_copy_model") as fit_copy_model:
+        parts = {name: _catalog(seed) for seed, name in enumerate("abcd")}
+        models = fit_copy_model.leave_one_out(parts)
+        changed = dict(parts, a=_catalog(99))  # another catalog "a": its own model stays
+        again = fit_copy_model.leave_one_out(changed)
+    assert again["a"] == models["a"]
+    assert all(again[name] != models[name] for name in "bcd")
+    for model in models.values():
+        assert model.weights["conflict_model_code"] < 0 < model.weights["jaccard"]
+        assert model.keep_below in fit_copy_model.GRID and model.drop_above == 0.5
