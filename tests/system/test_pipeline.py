@@ -113,13 +113,13 @@ DEMO_PRODUCTS_SHA256 = "457d42179a2b46ae9ca73bb5535ac6a35f5b3e6caa66c5f263915b63
 DEMO_SHA256_BY_PROCESSOR = {
     "avx2": {
         "mine/negatives.parquet": (
-            "e5d73d8fe6da1f5c16fcca0cdf907b308e0649d4be2567e33715f682bc7dd677"
+            "db0f74c94310371310ba9a55e9c8ce510cebd177cd4162ab01576f6a3ac06445"
         ),
         "shards/train-00000.parquet": (
-            "84b05f58a314d8a20afbf5ae5450a36eacec6d9b72222a880acbd34cc09baf5d"
+            "f4b68f2ca4c8d0068e6aa9135e22fd2055bb8c24d3f9ddfc66dd8c7bdd44f9ac"
         ),
         "shards/meta-00000.parquet": (
-            "3c6b2e865727f719a1b72847c44e5d17ef5983dc68f0c7f50f14842e83556f74"
+            "ecd0735ba9fc27a143beab1b6834bb6c1fd475bfa0f663255ca3ed664d1a330e"
         ),
     },
 }

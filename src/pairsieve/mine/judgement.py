@@ -116,7 +116,16 @@ def load_copy_model(path: str | None = None) -> CopyModel:
     )
 
 
+# A build's estimate is rounded to this step of log-odds (at most 0.125 off, ~12%): the density
+# is a catalog property, so a day-2 build whose new clicks move the estimate a little judges as
+# the previous build did, and the queries it reuses keep the rows a full build would give them.
+DENSITY_STEP = 0.25
+
+
 def smoothed_density(known: int, considered: int) -> float:
     """The copy density from its counts, pulled towards 1% when they are few (a build with no
-    candidate inside any margin is judged as if one in a hundred were a copy)."""
-    return (known + 0.01 * 50) / (considered + 50)
+    candidate inside any margin is judged as if one in a hundred were a copy), its log-odds
+    rounded to `DENSITY_STEP`."""
+    raw = (known + 0.01 * 50) / (considered + 50)
+    z = round(np.log(raw / (1 - raw)) / DENSITY_STEP) * DENSITY_STEP
+    return round(float(1 / (1 + np.exp(-z))), 6)

@@ -65,7 +65,9 @@ from pairsieve.mine.reuse import PreviousMining, ReusePlan
 from pairsieve.text import attributes as text
 from pairsieve.vectors import knn
 from pairsieve.vectors.embed import (
+    EmbeddingCache,
     Encoder,
+    embed_texts,
     load_encoder,
     shared_cache,
 )
@@ -201,7 +203,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     cache = shared_cache(cfg.cache_dir, encoder.model_key)
     embedded = embed_inputs(fresh[S.QUERY].to_list(), listings, encoder, cache)
     positives, info = positive_table(fresh, embedded), listing_products(listings, products)
-    cfg, density = _with_copy_density(cfg, embedded, positives, info)
+    cfg, density = _with_copy_density(cfg, pairs, embedded, info, encoder, cache)
     started = time.perf_counter()
     refiltered = None
     if state is not None and plan.refiltered.len():
@@ -244,41 +246,50 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
 _DENSITY_SAMPLE = 512  # queries whose exact top candidates estimate the copy density
 
 
-def _with_copy_density(
-    cfg: PairsieveConfig, embedded: Embedded, positives: pl.DataFrame, info: pl.DataFrame
+def _with_copy_density(  # noqa: PLR0913 - the build's pairs and what embeds a sample of them
+    cfg: PairsieveConfig,
+    pairs: pl.DataFrame,
+    embedded: Embedded,
+    info: pl.DataFrame,
+    encoder: Encoder,
+    cache: EmbeddingCache | None,
 ) -> tuple[PairsieveConfig, dict[str, Any]]:
     """``cfg`` with `mine.copy_density` resolved, and how: when it is unset (and the margin is
     judged), the share of copies the product ids know among the candidates inside the margin
-    of a sample of the queries (those with the smallest text keys, so the same sample whatever
-    the order or partitioning of the log), from an exact search of their top
-    `mine.search_depth`. One value for the whole build, so every partition judges alike."""
+    of a sample of all the build's queries (those with the smallest text keys, so the same
+    sample whatever the order or partitioning of the log, and whether a day-2 build reuses
+    them), from an exact search of their top `mine.search_depth`. One value for the whole
+    build, so every partition, and a day-2 build, judges alike."""
     mine = cfg.mine
     if not mine.judge_margin or mine.copy_density is not None:
         return cfg, {"value": mine.copy_density, "source": "config"}
-    rows = np.sort(np.argsort(text_keys(embedded.queries), kind="stable")[:_DENSITY_SAMPLE])
+    queries = pairs[S.QUERY].unique()
+    sample = sorted(queries.gather(np.argsort(text_keys(queries.to_list()), kind="stable")[
+        :_DENSITY_SAMPLE]).to_list())  # fmt: skip
+    vectors, _ = embed_texts(sample, encoder, cache)
+    sampled = Embedded(sample, embedded.listing_ids, vectors, embedded.listing_vectors)
     with fixed_threads():
         row, ids, scores, ranks, _ = knn.scan_below(
             embedded.listing_vectors,
-            embedded.query_vectors[rows],
-            np.full(len(rows), np.inf, dtype=np.float32),
+            vectors,
+            np.full(len(sample), np.inf, dtype=np.float32),
             mine.search_depth,
             1,
         )
-    names = pl.Series(S.QUERY, [embedded.queries[i] for i in rows], dtype=pl.String).gather(row)
     candidates = pl.DataFrame(
         {
-            S.QUERY: names,
+            S.QUERY: pl.Series(S.QUERY, sample, dtype=pl.String).gather(row),
             S.NEGATIVE_LISTING_ID: embedded.listing_ids.gather(ids),
             S.SCORE: scores,
             S.RANK: pl.Series(ranks, dtype=pl.Int32),
         }
     )
-    sampled = positives.filter(pl.col(S.QUERY).is_in(names.unique().implode()))
-    known, considered = density_counts(candidates, sampled, info, mine)
+    positives = positive_table(pairs.filter(pl.col(S.QUERY).is_in(sample)), sampled)
+    known, considered = density_counts(candidates, positives, info, mine)
     density = smoothed_density(known, considered)
     resolved = cfg.model_copy(update={"mine": mine.model_copy(update={"copy_density": density})})
-    sample = {"queries": len(rows), "inside_margin": considered, "known_copies": known}
-    return resolved, {"value": round(density, 6), "source": "estimated", **sample}
+    counts = {"queries": len(sample), "inside_margin": considered, "known_copies": known}
+    return resolved, {"value": round(density, 6), "source": "estimated", **counts}
 
 
 def _incremental(
