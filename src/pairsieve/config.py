@@ -377,18 +377,6 @@ class RunnerConfig(Section):
     )
 
 
-# Config sections whose values change a stage's output (upstream stages' sections count through
-# their recorded fingerprints).
-STAGE_SECTIONS: dict[str, tuple[str, ...]] = {
-    "ingest": ("ingest",),
-    "cluster": ("embed", "knn", "cluster", "seed"),
-    "mine": ("embed", "knn", "mine", "seed"),
-    "shards": ("shards", "mine", "seed"),
-    "report": ("report", "seed"),
-    "audit": ("embed", "knn", "cluster", "report", "seed"),
-}
-
-
 class PairsieveConfig(Section):
     """The whole configuration. Sections mirror the stages."""
 
@@ -416,13 +404,6 @@ class PairsieveConfig(Section):
         dumped = self.model_dump(mode="json", exclude={"cache_dir", "runner"})
         canonical = json.dumps(dumped, sort_keys=True)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-    def section_hash(self, stage: str) -> str:
-        """sha256 of the config sections ``stage`` depends on (`STAGE_SECTIONS`), so a report
-        knob never re-runs clustering."""
-        dumped = self.model_dump(mode="json")
-        relevant = {key: dumped[key] for key in STAGE_SECTIONS[stage]}
-        return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
 
     def with_(self, **changes: Any) -> PairsieveConfig:
         """A copy with dotted-key changes applied and validated (``{"mine.num_negatives": 3}``)."""

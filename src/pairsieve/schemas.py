@@ -88,6 +88,7 @@ QUARANTINE_FILE = "quarantine.parquet"
 PRODUCTS_FILE = "products.parquet"
 PAIRS_FILE = "pairs.parquet"
 AUDIT_PAIRS_FILE = "audit_pairs.parquet"
+JUDGED_PAIRS_FILE = "negatives_judged.parquet"  # report/: negatives kept above the margin
 ID_CHANGES_FILE = "id_changes.parquet"
 NEGATIVES_FILE = "negatives.parquet"
 NEGATIVES_DROPPED_FILE = "negatives_dropped.parquet"

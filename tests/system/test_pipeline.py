@@ -16,6 +16,7 @@ from pairsieve.core import io
 from pairsieve.core.layout import RunLayout
 from pairsieve.orchestration import steps
 from pairsieve.orchestration.publish import manifest_files, verify
+from pairsieve.orchestration.stages import settings_hash
 from pairsieve.schemas import TRUE_PRODUCT_ID
 from pairsieve.vectors.embed import embed_partition
 from tests.paths import SAMPLE_DIR
@@ -318,7 +319,7 @@ def _check_refilter(cfg, build: Path) -> None:
     from pairsieve.mine import stage as mine
     from pairsieve.mine.reuse import PreviousMining
 
-    state = PreviousMining.load(build, cfg.section_hash("mine"))
+    state = PreviousMining.load(build, settings_hash(cfg, "mine"))
     rows = pl.concat([state.kept, state.dropped.collect().drop(S.REASON)])
     weakest = rows.group_by(S.QUERY).agg(pl.col(S.POSITIVE_SCORE).min().alias("_weakest"))
     shown = rows.join(weakest, on=S.QUERY).join(

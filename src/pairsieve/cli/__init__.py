@@ -407,7 +407,8 @@ def label_sample(
     n: Annotated[int, typer.Option("--n", min=1, help="Pairs to draw from each source.")] = 300,
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same pairs.")] = 0,
 ) -> None:
-    """Draw pairs to label, stratified by p_same: a build's candidates and/or an audit's pairs."""
+    """Draw pairs to label, stratified by p_same: a build's candidates and the negatives it kept
+    above the margin, and/or an audit's pairs."""
     from pairsieve.labels.pairs import write_sample
 
     print_json({"labels": str(out), "pairs": write_sample(run, audit_dir, n, seed, out)})

@@ -1,1 +1,5 @@
 """Stage 2: cluster listings into product ids (candidates, pair verification, linkage)."""
+
+from pairsieve.core.declaration import Stage
+
+STAGE = Stage("cluster", upstream=("ingest",), sections=("embed", "knn", "cluster", "seed"))

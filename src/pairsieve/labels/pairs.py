@@ -111,11 +111,21 @@ def audit_pairs(audit_dir: str | Path) -> pl.DataFrame:
     return pl.read_parquet(path)
 
 
+def judged_pairs(run_dir: str | Path) -> pl.DataFrame | None:
+    """The negatives a build kept above the margin, as pairs to label (`report.judged`), or
+    None when its report has none: their ``p_same`` is the judgement's ``p_copy``."""
+    path = RunLayout(run_dir).stage_dir("report") / S.JUDGED_PAIRS_FILE
+    if not path.exists():
+        return None
+    return pl.read_parquet(path).with_columns(pl.lit("negative").alias("source"))
+
+
 def write_sample(run_dir: Path | None, audit_dir: Path | None, n: int, seed: int, out: Path) -> int:
-    """Draw ``n`` pairs to label from a build's candidates and ``n`` from an audit's pairs
-    (whichever folders are given), stratified by p_same (a build's also by whether pairsieve
-    merged the pair, `sample.draw`), and write them as a
-    label file with every label null; returns the pairs written.
+    """Draw ``n`` pairs to label from a build's candidates, ``n`` from the negatives it kept
+    above the margin (when its report lists them) and ``n`` from an audit's pairs (whichever
+    folders are given), stratified by p_same (a build's candidates also by whether pairsieve
+    merged the pair, `sample.draw`), and write them as a label file with every label null (a
+    pair drawn twice once); returns the pairs written.
 
     Raises:
         PairsieveError: ``bad_argument`` when neither folder is given.
@@ -126,6 +136,8 @@ def write_sample(run_dir: Path | None, audit_dir: Path | None, n: int, seed: int
     # pairs, its vetoes the pairs they held apart); an audit's do not (its one figure, the
     # false-negative rate, needs every label over all its pairs).
     sources = [(candidate_pairs(run_dir), GROUP)] if run_dir is not None else []
+    negatives = judged_pairs(run_dir) if run_dir is not None else None
+    sources += [(negatives, None)] if negatives is not None else []
     sources += [(audit_pairs(audit_dir), None)] if audit_dir is not None else []
     columns = ["pair_id", S.LISTING_A, S.LISTING_B, "text_a", "text_b", S.P_SAME, "source"]
     drawn = pl.concat(
@@ -135,7 +147,7 @@ def write_sample(run_dir: Path | None, audit_dir: Path | None, n: int, seed: int
             )
             for frame, by in sources
         ]
-    )
+    ).unique("pair_id", keep="first", maintain_order=True)
     rows = drawn.with_columns(pl.lit(None, dtype=pl.Boolean).alias("label"))
     write_labels(rows, out)
     return rows.height

@@ -2,9 +2,10 @@
 
 Fields: ``pair_id``, ``listing_a``, ``listing_b`` (where known), ``text_a``, ``text_b``,
 ``p_same``, ``stratum``, ``weight`` (the inverse inclusion probability), ``source``
-(``candidate`` or ``audit``) and ``label``: null until answered, then true (same product) or
-false. A person edits it through the labelling page or by hand, so reading it checks every line
-and names the line of anything wrong.
+(``candidate``, ``negative``: a negative a build kept above the margin, or ``audit``) and
+``label``: null until answered, then true (same product) or false. A person edits it through
+the labelling page or by hand, so reading it checks every line and names the line of anything
+wrong.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ FIELDS = (
     "source",
     "label",
 )
-SOURCES = ("candidate", "audit")
+SOURCES = ("candidate", "negative", "audit")
 SCHEMA = {
     "pair_id": pl.String,
     "listing_a": pl.String,

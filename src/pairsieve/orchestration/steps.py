@@ -1,8 +1,9 @@
 """One function per stage that runs it resumably inside a build folder, without Prefect.
 
-Each step knows which upstream stages and which config sections its output depends on, so a
-re-run skips a stage exactly when neither changed (`core.contract.run_stage`). The Prefect tasks in
-`pairsieve.orchestration.flows` wrap these functions and nothing else.
+Which upstream stages and which config sections a stage's output depends on comes from its
+declaration (`orchestration.stages`), so a re-run skips a stage exactly when neither changed
+(`core.contract.run_stage`); the stage reads its config through a view of just those sections.
+The Prefect tasks in `pairsieve.orchestration.flows` wrap these functions and nothing else.
 """
 
 from __future__ import annotations
@@ -25,18 +26,11 @@ from pairsieve.core.contract import (
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.mine.reuse import PreviousMining
+from pairsieve.orchestration.stages import settings_hash, stage_config, upstream
 from pairsieve.vectors.embed import Encoder, shared_encoder
 
 if TYPE_CHECKING:
     from pairsieve.core.partitions import MapSpans
-
-UPSTREAM: dict[str, tuple[str, ...]] = {
-    "ingest": (),
-    "cluster": ("ingest",),
-    "mine": ("ingest", "cluster"),
-    "shards": ("ingest", "cluster", "mine"),
-    "report": ("ingest", "cluster", "mine", "shards"),
-}
 
 
 def _encoder(cfg: PairsieveConfig) -> Encoder:
@@ -54,9 +48,9 @@ def ingest_step(
     return run_stage(
         "ingest",
         run_dir,
-        cfg.section_hash("ingest"),
+        settings_hash(cfg, "ingest"),
         inputs.fingerprint(),
-        lambda tmp: ingest.run(cfg, inputs, tmp),
+        lambda tmp: ingest.run(stage_config(cfg, "ingest"), inputs, tmp),
     )
 
 
@@ -135,7 +129,7 @@ def _previous_state(
     `PreviousMining.load`."""
     if previous is None:
         return None, None
-    loaded = load(Path(previous), cfg.section_hash(stage))
+    loaded = load(Path(previous), settings_hash(cfg, stage))
     return (None, loaded) if isinstance(loaded, str) else (loaded, None)
 
 
@@ -158,7 +152,7 @@ def cluster_step(
     from pairsieve.core import io
 
     layout = RunLayout(run_dir)
-    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["cluster"]))
+    fingerprint = stage_fingerprint(run_dir, upstream("cluster"))
     if previous is not None:
         previous = Path(previous)
         fingerprint += ":" + io.sha256_file(RunLayout(previous).products)
@@ -167,7 +161,7 @@ def cluster_step(
     def body(tmp: Path) -> StageResult:
         reuse, why_not = _previous_state(PreviousClustering.load, cfg, "cluster", previous)
         result = cluster.run(
-            cfg,
+            stage_config(cfg, "cluster"),
             replace(cluster.Inputs.of(layout), labels=tuple(labels)),
             tmp,
             encoder=_encoder(cfg),
@@ -180,15 +174,15 @@ def cluster_step(
             result = replace(result, details={**result.details, "incremental": incremental})
         return result
 
-    return run_stage("cluster", run_dir, cfg.section_hash("cluster"), fingerprint, body)
+    return run_stage("cluster", run_dir, settings_hash(cfg, "cluster"), fingerprint, body)
 
 
 def _run_downstream(
     cfg: PairsieveConfig, run_dir: Path, stage: str, body: Callable[[Path], StageResult]
 ) -> StageResult:
     """Run a stage whose inputs are its upstream stages' outputs in ``run_dir``."""
-    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM[stage]))
-    return run_stage(stage, run_dir, cfg.section_hash(stage), fingerprint, body)
+    fingerprint = stage_fingerprint(run_dir, upstream(stage))
+    return run_stage(stage, run_dir, settings_hash(cfg, stage), fingerprint, body)
 
 
 def mine_step(
@@ -207,7 +201,7 @@ def mine_step(
     from pairsieve.mine import stage as mine
 
     layout = RunLayout(run_dir)
-    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["mine"]))
+    fingerprint = stage_fingerprint(run_dir, upstream("mine"))
     before = RunLayout(previous).negatives if previous is not None else None
     if before is not None and before.exists():
         fingerprint += ":" + sha256_file(before)
@@ -218,7 +212,7 @@ def mine_step(
         if state is not None:
             reuse = (state, load_result(layout.stage_dir("cluster")).details["build_number"])
         result = mine.run(
-            cfg,
+            stage_config(cfg, "mine"),
             mine.Inputs.of(layout),
             tmp,
             encoder=_encoder(cfg),
@@ -231,7 +225,7 @@ def mine_step(
             )
         return result
 
-    return run_stage("mine", run_dir, cfg.section_hash("mine"), fingerprint, body)
+    return run_stage("mine", run_dir, settings_hash(cfg, "mine"), fingerprint, body)
 
 
 def shards_step(
@@ -243,12 +237,14 @@ def shards_step(
     from pairsieve.shards import stage as shards
 
     inputs = shards.Inputs.of(RunLayout(run_dir))
-    fingerprints = {"inputs": stage_fingerprint(run_dir, list(UPSTREAM["shards"]))}
+    fingerprints = {"inputs": stage_fingerprint(run_dir, upstream("shards"))}
     return _run_downstream(
         cfg,
         run_dir,
         "shards",
-        lambda tmp: shards.run(cfg, inputs, tmp, fingerprints=fingerprints, map_spans=map_spans),
+        lambda tmp: shards.run(
+            stage_config(cfg, "shards"), inputs, tmp, fingerprints=fingerprints, map_spans=map_spans
+        ),
     )
 
 
@@ -259,14 +255,14 @@ def report_step(cfg: PairsieveConfig, run_dir: Path, labels: tuple[Path, ...] = 
     from pairsieve.report import stage as report
 
     layout = RunLayout(run_dir)
-    fingerprint = stage_fingerprint(run_dir, list(UPSTREAM["report"]))
+    fingerprint = stage_fingerprint(run_dir, upstream("report"))
     fingerprint += "".join(f":{io.content_digest(str(p))}" for p in labels)
     return run_stage(
         "report",
         run_dir,
-        cfg.section_hash("report"),
+        settings_hash(cfg, "report"),
         fingerprint,
-        lambda tmp: report.run(cfg, layout, tmp, labels=tuple(labels)),
+        lambda tmp: report.run(stage_config(cfg, "report"), layout, tmp, labels=tuple(labels)),
     )
 
 
@@ -291,7 +287,7 @@ def audit_step(
     return run_stage(
         out.name,
         out.parent,
-        cfg.section_hash("audit"),
+        settings_hash(cfg, "audit"),
         io.sha256_text("|".join(digests)),
-        lambda tmp: audit.run(cfg, inputs, tmp, encoder=_encoder(cfg)),
+        lambda tmp: audit.run(stage_config(cfg, "audit"), inputs, tmp, encoder=_encoder(cfg)),
     )

@@ -95,6 +95,8 @@ LABELS: dict[str, tuple[str, Kind]] = {
         "estimated copies of the positive's product among them (mean probability, %)",
         "share",
     ),
+    "estimated_copies_among_kept_above_margin_ci": ("95% interval of that share", "share"),
+    "estimated_copies_labels_used": ("answered labels on these pairs", "count"),
     "dropped_inside_margin_judged_copy": ("dropped inside the margin, judged a copy", "count"),
     "dropped_inside_margin_undecided": ("dropped inside the margin, undecided", "count"),
     "list": ("list", "text"),

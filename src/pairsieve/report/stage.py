@@ -27,7 +27,7 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
 from pairsieve.report import sections as R
 from pairsieve.report.headline import headline_section
-from pairsieve.report.judged import judged_figures
+from pairsieve.report.judged import Judged, judged
 from pairsieve.report.labelled import NOTE as LABELS_NOTE
 from pairsieve.report.labelled import label_figures
 from pairsieve.report.labels import label, value_text
@@ -364,18 +364,23 @@ def recommendations_section(cfg: PairsieveConfig, report: dict[str, Any]) -> dic
 
 
 def build_report(
-    cfg: PairsieveConfig, run_dir: Path, labels: tuple[Path, ...] = ()
+    cfg: PairsieveConfig,
+    run_dir: Path,
+    labels: tuple[Path, ...] = (),
+    judgement: Judged | None = None,
 ) -> dict[str, Any]:
     """Every section that the run folder has inputs for; absent ones are listed in ``missing``.
-    With ``labels`` (label files), the duplicates section adds the estimates they correct."""
+    With ``labels`` (label files), the duplicates and hard-negatives sections add the estimates
+    they correct; ``judgement`` is what the judgement of the margin did (`report.judged`)."""
     mined = mine_scores(run_dir)
+    judged_figures = judgement.with_labels(labels) if judgement else None
     builders = {
         "accounting": lambda: R.accounting_section(stage_results(run_dir)),
         "changes": lambda: changes_from_run(run_dir),
         "duplicates": lambda: duplicates_from_run(cfg, run_dir),
         "batches": lambda: batches_from_run(cfg, run_dir),
         "temperature": lambda: temperature_from_run(cfg, mined),
-        "hard_negatives": lambda: hard_negatives_from_run(mined, judged_figures(cfg, run_dir)),
+        "hard_negatives": lambda: hard_negatives_from_run(mined, judged_figures),
         "quality": lambda: quality_from_run(cfg, run_dir),
     }
     report: dict[str, Any] = {
@@ -431,8 +436,11 @@ def run(
     Rows: the training rows the collision tables were computed on (nothing is dropped).
     """
     started = time.perf_counter()
-    report = build_report(cfg, inputs.root, labels)
+    judgement = judged(cfg, inputs.root)
+    report = build_report(cfg, inputs.root, labels, judgement)
     outputs = write_report(report, Path(out_dir))
+    if judgement is not None:
+        outputs["judged_negatives"] = judgement.write(Path(out_dir))
     rows = report["batches"]["figures"]["training_rows"] if report.get("batches") else 0
     return StageResult(
         stage="report",

@@ -195,3 +195,21 @@ def test_labels_drawn_from_an_audit_correct_its_estimate(st_audit, tmp_path, enc
     assert figures["labels_used"] == 8 and figures["labels_not_in_this_audit"] == 1
     assert figures["false_negative_rate_model_only"] != pytest.approx(3 / 8)
     assert unlabelled(rep) == []
+
+
+def test_an_audit_reruns_when_a_setting_it_reads_changes(tmp_path, encoder):
+    """The audit reads the training batch size; a new one gives a new report, not a skip."""
+    from pairsieve.orchestration.steps import audit_step
+
+    dataset, out = write_st(tmp_path / "ds.parquet"), tmp_path / "audit"
+
+    def batch_of(cfg: PairsieveConfig) -> tuple[bool, int]:
+        result = audit_step(cfg, dataset, None, out)
+        report = json.loads((out / S.REPORT_JSON).read_text())
+        return result.skipped, report["batches"]["figures"]["training_batch_size"]
+
+    assert batch_of(_cfg(tmp_path)) == (False, 2)
+    assert batch_of(_cfg(tmp_path)) == (True, 2)
+    bigger = _cfg(tmp_path).with_(**{"shards.batch_size": 4})
+    assert batch_of(bigger) == (False, 4)
+    assert batch_of(bigger.with_(**{"runner.workers": 1})) == (True, 4)

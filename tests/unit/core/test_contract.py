@@ -65,14 +65,3 @@ def test_failed_stage_leaves_previous_output_and_no_temp_files(tmp_path):
 
 def test_unbalanced_result_is_detected():
     assert not StageResult("x", rows_in=3, rows_out=1, dropped_by_reason={"a": 1}).balanced()
-
-
-def test_every_stage_that_draws_on_the_seed_reruns_when_it_changes():
-    """MinHash permutations and IVF samples (cluster, audit), mining's sampling, the shards'
-    order and the report's shuffled replay all use `seed`; ingest does not."""
-    from pairsieve.config import STAGE_SECTIONS, PairsieveConfig
-
-    cfg = PairsieveConfig()
-    other = cfg.with_(seed=cfg.seed + 1)
-    changed = {s for s in STAGE_SECTIONS if cfg.section_hash(s) != other.section_hash(s)}
-    assert changed == {"cluster", "mine", "shards", "report", "audit"}

@@ -360,10 +360,10 @@ def test_padded_scores():
     assert np.isneginf(out[1]).all() and out[2, 1] == -np.inf
 
 
-@pytest.mark.slow
-def test_report_of_a_real_build_on_the_sample(tmp_path, encoder, session_cache_dir):
+@pytest.fixture(scope="module")
+def sample_build(tmp_path_factory, encoder, session_cache_dir) -> tuple[PairsieveConfig, Path]:
     """The demo's path: real ingest, clustering (real MiniLM), mining and shards on the bundled
-    sample, then the report, rendered in Chromium."""
+    sample, then the report."""
     from pairsieve.orchestration import steps
 
     sample = SAMPLE_DIR
@@ -372,12 +372,19 @@ def test_report_of_a_real_build_on_the_sample(tmp_path, encoder, session_cache_d
     cfg = PairsieveConfig().with_(
         **{"ingest.truth_column": S.TRUE_PRODUCT_ID, "cache_dir": str(session_cache_dir)}
     )
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path_factory.mktemp("sample") / "run"
     steps.ingest_step(
         cfg, [str(sample / "clicks.parquet")], [str(sample / "catalog.parquet")], run_dir
     )
     for step in (steps.cluster_step, steps.mine_step, steps.shards_step):
         step(cfg, run_dir)
+    return cfg, run_dir
+
+
+@pytest.mark.slow
+def test_report_of_a_real_build_on_the_sample(sample_build, tmp_path):
+    """Rendered in Chromium too."""
+    cfg, run_dir = sample_build
     result = report.run(cfg, RunLayout(run_dir), run_dir / "report")
     rep = report.load_report(run_dir / "report")
     assert rep["missing"] == [] and result.balanced()
@@ -392,3 +399,50 @@ def test_report_of_a_real_build_on_the_sample(tmp_path, encoder, session_cache_d
     assert rep["quality"]["figures"]["bcubed_f1"] > 0.5
     if CHROMIUM.exists():
         assert_page_renders(run_dir / "report", tmp_path / "profile")
+
+
+@pytest.mark.slow
+def test_the_report_says_what_the_judgement_kept_and_labels_narrow_it(sample_build, tmp_path):
+    """The judged figures agree with the mine stage's files; answers on the kept pairs drawn by
+    `label sample --run` replace the mean probability by an estimate with an interval."""
+    from pairsieve.labels import store
+    from pairsieve.labels.pairs import write_sample
+
+    cfg, run_dir = sample_build
+    report.run(cfg, RunLayout(run_dir), run_dir / "report")
+    figures = report.load_report(run_dir / "report")["hard_negatives"]["figures"]
+    dropped = pl.read_parquet(RunLayout(run_dir).negatives_dropped)[S.REASON].value_counts()
+    counts = dict(dropped.select(pl.col(S.REASON).cast(pl.String), "count").iter_rows())
+    assert figures["dropped_inside_margin_judged_copy"] == counts.get("judged_copy", 0)
+    assert figures["dropped_inside_margin_undecided"] == counts.get("margin", 0)
+    kept = pl.read_parquet(run_dir / "report" / S.JUDGED_PAIRS_FILE)
+    assert kept["rows"].sum() == figures["kept_above_margin"] > 0
+    assert figures["kept_above_margin"] <= figures["negatives_kept"]
+    model_only = figures["estimated_copies_among_kept_above_margin"]
+    assert 0 <= model_only < 0.02  # each was kept because its p_copy was below 2%
+
+    labels = tmp_path / "labels.jsonl"
+    write_sample(run_dir, None, n=40, seed=0, out=labels)
+    drawn = store.read_labels(labels)
+    negatives = drawn.filter(pl.col("source") == "negative")
+    assert negatives.height > 0 and drawn["pair_id"].n_unique() == drawn.height
+    truth = pl.read_parquet(RunLayout(run_dir).listings, columns=[S.LISTING_ID, S.TRUE_PRODUCT_ID])
+    product = dict(truth.iter_rows())
+    answers = [product[a] == product[b] for a, b in drawn.select(S.LISTING_A, S.LISTING_B).rows()]
+    store.write_labels(drawn.with_columns(pl.Series("label", answers)), labels)
+    report.run(cfg, RunLayout(run_dir), tmp_path / "labelled", labels=(labels,))
+    labelled = report.load_report(tmp_path / "labelled")["hard_negatives"]["figures"]
+    lo, hi = labelled["estimated_copies_among_kept_above_margin_ci"]
+    assert lo <= labelled["estimated_copies_among_kept_above_margin"] <= hi
+    on_kept = drawn.filter(pl.col("pair_id").is_in(kept["pair_id"].implode()))
+    assert labelled["estimated_copies_labels_used"] == on_kept.height >= negatives.height
+    true_share = (
+        sum(
+            r * (product[a] == product[b])
+            for a, b, r in kept.select(S.LISTING_A, S.LISTING_B, "rows").rows()
+        )
+        / kept["rows"].sum()
+    )
+    assert abs(labelled["estimated_copies_among_kept_above_margin"] - true_share) <= max(
+        hi - lo, 0.01
+    )

@@ -1,0 +1,45 @@
+"""The stages' declarations gathered, and what the build derives from them.
+
+A stage is skipped when its own settings (`Stage.sections`) hash as they did and its upstream
+stages recorded the same fingerprints and hashes (`core.contract.stage_fingerprint`): nothing here
+is kept by hand beside the declarations in the stage packages.
+"""
+
+from __future__ import annotations
+
+from pairsieve import audit, cluster, ingest, mine, report, shards
+from pairsieve.config import PairsieveConfig
+from pairsieve.core.declaration import Stage, StageConfig, sections_hash
+
+STAGES: dict[str, Stage] = {
+    stage.name: stage
+    for stage in (
+        ingest.STAGE,
+        cluster.STAGE,
+        mine.STAGE,
+        shards.STAGE,
+        report.STAGE,
+        audit.STAGE,
+    )
+}
+
+
+def upstream(name: str) -> list[str]:
+    """The stages whose recorded fingerprints and hashes stage ``name``'s fingerprint chains."""
+    return list(STAGES[name].upstream)
+
+
+def readable(name: str) -> frozenset[str]:
+    """The config sections stage ``name`` may read: its own and its upstream stages'."""
+    stage = STAGES[name]
+    return frozenset(stage.sections).union(*(readable(up) for up in stage.upstream))
+
+
+def settings_hash(cfg: PairsieveConfig, name: str) -> str:
+    """The hash of stage ``name``'s own settings, recorded in its `stage.json`."""
+    return sections_hash(cfg, STAGES[name].sections)
+
+
+def stage_config(cfg: PairsieveConfig, name: str) -> PairsieveConfig:
+    """``cfg`` as stage ``name`` may read it (`StageConfig`, standing in for the whole config)."""
+    return StageConfig(cfg, name, readable(name))  # type: ignore[return-value]
