@@ -30,14 +30,14 @@ import polars as pl
 from fit_verifier import Run  # noqa: E402 - the sibling benchmark's clustering run
 
 from pairsieve import schemas as S
-from pairsieve.cluster import verifier
-from pairsieve.cluster.calibration import load_calibration
 from pairsieve.cluster.labelled import Clusterings, refitted_model
-from pairsieve.cluster.verifier import PairModel
 from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
 from pairsieve.labels import adapt, sample
+from pairsieve.pair_model import model as verifier
+from pairsieve.pair_model.calibration import load_calibration
+from pairsieve.pair_model.model import PairModel
 
 
 class Catalog:

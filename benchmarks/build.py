@@ -18,9 +18,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pairsieve.cluster.evaluate import score
 from pairsieve.config import load_config
 from pairsieve.datasets import clicklog, pricerunner
+from pairsieve.datasets.scoring import score
 from pairsieve.orchestration import steps
 from pairsieve.schemas import TRUE_PRODUCT_ID
 from pairsieve.vectors.embed import embed_partition

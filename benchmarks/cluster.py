@@ -23,10 +23,11 @@ from pathlib import Path
 import polars as pl
 from datasketch import MinHash
 
-from pairsieve.cluster import candidates, evaluate, linkage, pairs_file
+from pairsieve.cluster import candidates, linkage, pairs_file
 from pairsieve.cluster import stage as cluster
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
+from pairsieve.datasets.scoring import score
 from pairsieve.datasets.synth import catalog_chunk
 from pairsieve.vectors import minhash
 
@@ -74,7 +75,7 @@ def main() -> None:
     loop_s = datasketch_loop_seconds(titles[: args.sample], cfg.cluster.num_perm, cfg.seed)
     loop_scaled = loop_s * len(titles) / min(len(titles), args.sample)
     ordered = result.frame.join(truth, on=cluster.S.LISTING_ID, how="left")
-    scores = evaluate.score(result.listing_labels(), ordered[cluster.S.TRUE_PRODUCT_ID])
+    scores = score(result.listing_labels(), ordered[cluster.S.TRUE_PRODUCT_ID])
     report = {
         "listings": len(catalog),
         "minhash_path_s": round(path_s, 1),

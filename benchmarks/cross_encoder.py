@@ -28,10 +28,10 @@ from fit_verifier import Run  # noqa: E402 - the sibling benchmark's run
 from transfer import benchmark_run, held_out_splits, score_cells
 
 from pairsieve import schemas as S
-from pairsieve.cluster import verifier
 from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
+from pairsieve.pair_model import model as verifier
 from pairsieve.vectors.embed import bundled_model_path
 
 SEED = 20

@@ -1,4 +1,4 @@
-"""Refit the learned pair verifier (src/pairsieve/verifier.json) and measure how it generalises.
+"""Refit the learned pair model (src/pairsieve/pair_model/model.json); measure how it generalises.
 
 Labels: PriceRunner's ground truth (a candidate node pair is positive when both titles' majority
 product is the same). Pairs an attribute vetoes are left out, as vetoes stay hard at run time.
@@ -10,7 +10,7 @@ Generalisation checks, printed as markdown:
 - zero-shot: the model fitted on all of PriceRunner, applied unchanged to Abt-Buy.
 
 Usage: python benchmarks/fit_verifier.py --data-root /work/shared/data [--write]
-(without --write the shipped verifier.json is left untouched; the measurement always runs).
+(without --write the shipped model.json is left untouched; the measurement always runs).
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster import evaluate, linkage, verifier
+from pairsieve.cluster import linkage
 from pairsieve.cluster import stage as cluster
 from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
+from pairsieve.datasets.scoring import score
+from pairsieve.pair_model import model as verifier
 
 HALF_A = ("Mobile Phones", "TVs", "CPUs", "Digital Cameras", "Microwaves")
 PROBABILITIES = (0.3, 0.4, 0.5)
@@ -129,7 +131,7 @@ class Run:
         if mask is not None:
             listing, truth = listing[mask], truth[mask]
             source = None if source is None else source[mask]
-        return evaluate.score(listing.tolist(), truth.tolist(), source)
+        return score(listing.tolist(), truth.tolist(), source)
 
     def rule_scores(self, mask: np.ndarray | None = None):
         """Scores of the rule verifier's clusters (this run was made with it)."""
@@ -203,7 +205,7 @@ def category_split(run: Run, names: tuple[str, ...]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
-    parser.add_argument("--write", action="store_true", help="overwrite verifier.json")
+    parser.add_argument("--write", action="store_true", help="overwrite model.json")
     args = parser.parse_args()
     from pairsieve.datasets import abtbuy, pricerunner
 

@@ -5,7 +5,7 @@ For each of the five benchmark catalogs, the pair model's coefficients are fitte
 four (their candidate pairs pooled, each catalog weighted equally) and (accept_probability,
 link_threshold) are picked on those four: the pair with the best mean pairwise F1 among those
 keeping pairwise precision at least ``--min-precision`` on each of them. Then the fifth is
-measured, beside today's default (the shipped verifier.json and default thresholds) on the same
+measured, beside today's default (the shipped model.json and default thresholds) on the same
 candidates. Two-shop catalogs (Abt-Buy, Walmart-Amazon) are scored on cross-shop pairs and
 contribute only cross-shop pairs as training labels: their truth says nothing inside a shop.
 
@@ -17,10 +17,10 @@ the pair model instead of decisions (``all``: every veto), to measure what the h
 ``--set cluster.min_cosine=0.65`` changes the candidates of every catalog (and today's default
 is measured on them too).
 
-Before the fits, the calibration of ``p_same`` (`pairsieve.cluster.calibration`: Platt maps of
+Before the fits, the calibration of ``p_same`` (`pairsieve.pair_model.calibration`: Platt maps of
 the shipped pair model's score) is measured the same way, fitted on four catalogs and measured on
 the fifth as expected calibration error; ``--write-calibration`` stores the one fitted on all
-five, with the leave-one-out reliability tables the report draws, in verifier.json.
+five, with the leave-one-out reliability tables the report draws, in model.json.
 
 Usage: python benchmarks/transfer.py --data-root ../shared/data [--soft-vetoes R,...] [--set K=V]
 [--write-calibration]
@@ -38,10 +38,11 @@ import numpy as np
 from fit_verifier import Run, fit  # noqa: E402 - the sibling benchmark's run and fit
 
 from pairsieve import schemas as S
-from pairsieve.cluster import calibration, verifier
 from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig, parse_override
 from pairsieve.datasets.benchmarks import BENCHMARKS
+from pairsieve.pair_model import calibration
+from pairsieve.pair_model import model as verifier
 
 PROBABILITIES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 LINKS = (0.1, 0.2, 0.3, 0.4, 0.5)
@@ -148,7 +149,7 @@ def calibration_table(runs: dict[str, Run], scores: dict[str, np.ndarray]) -> di
 
 
 def write_calibration(spec: dict, path: Path = verifier.MODEL_FILE) -> None:
-    """Store ``spec`` as the ``calibration`` entry of the shipped ``verifier.json``."""
+    """Store ``spec`` as the ``calibration`` entry of the shipped ``model.json``."""
     model = json.loads(path.read_text())
     model["calibration"] = spec
     path.write_text(json.dumps(model, indent=1) + "\n")
@@ -193,7 +194,7 @@ def main() -> None:
     parser.add_argument(
         "--write-calibration",
         action="store_true",
-        help="store the calibration fitted on all five in verifier.json",
+        help="store the calibration fitted on all five in model.json",
     )
     args = parser.parse_args()
     base = PairsieveConfig().with_(**dict(parse_override(item) for item in args.set))

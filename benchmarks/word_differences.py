@@ -24,10 +24,10 @@ from scipy import sparse
 from transfer import benchmark_run, best_thresholds, equal_catalog_weights, held_out_splits
 
 from pairsieve import schemas as S
-from pairsieve.cluster import verifier
 from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
+from pairsieve.pair_model import model as verifier
 
 COLUMNS = 1 << 18
 _WITH_UNIT = re.compile(r"^\d+(?:[.,]\d+)?([a-z]+)$")

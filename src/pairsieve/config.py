@@ -169,7 +169,7 @@ class ClusterConfig(Section):
     verifier: Literal["learned", "rule"] = Field(
         "learned",
         description="How an unvetoed candidate is accepted: 'learned' = the shipped logistic "
-        "regression over pair features (pairsieve/verifier.json, refit by "
+        "regression over pair features (pairsieve/pair_model/model.json, refit by "
         "benchmarks/fit_verifier.py; its probability is the pair's linkage score), 'rule' = the "
         "hand-set accept_cosine / accept_jaccard / accept_jaccard_alone / code_min_cosine rule "
         "(cosine or 1.0 for a shared code is the score). Without embeddings the rule decides.",

@@ -90,6 +90,7 @@ PAIRS_FILE = "pairs.parquet"
 AUDIT_PAIRS_FILE = "audit_pairs.parquet"
 JUDGED_PAIRS_FILE = "negatives_judged.parquet"  # report/: negatives kept above the margin
 ID_CHANGES_FILE = "id_changes.parquet"
+CHANGE = "change"  # id_changes.parquet: new, merged, split or removed
 NEGATIVES_FILE = "negatives.parquet"
 NEGATIVES_DROPPED_FILE = "negatives_dropped.parquet"
 MANIFEST_FILE = "manifest.json"

@@ -11,9 +11,9 @@ from typing import Any
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster.calibration import load_calibration
 from pairsieve.config import PairsieveConfig
 from pairsieve.labels.pairs import LINKED, ROWS, pair_ids
+from pairsieve.pair_model.calibration import load_calibration
 
 NEGATIVES = "negatives"  # list[str] column of the normalised dataset
 

@@ -32,7 +32,6 @@ from pairsieve.audit.pairs import (
     negative_table,
     per_row,
 )
-from pairsieve.cluster.calibration import load_calibration, mean_with_interval
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult
@@ -42,6 +41,7 @@ from pairsieve.ingest.catalog import read_catalog
 from pairsieve.labels.estimate import share_from_labels
 from pairsieve.labels.pairs import ROWS
 from pairsieve.labels.store import answered
+from pairsieve.pair_model.calibration import load_calibration, mean_with_interval
 from pairsieve.report import sections as R
 from pairsieve.report.stage import (
     REPORT_SCHEMA_VERSION,

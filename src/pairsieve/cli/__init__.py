@@ -284,9 +284,11 @@ def cluster_command(
     """Cluster listings into products: OUT/products.parquet and OUT/pairs.parquet; with
     --labels, tuned to the answers (which vetoes hold, and the thresholds)."""
     from pairsieve.cluster import stage as cluster
+    from pairsieve.ingest.catalog import read_catalog
 
     cfg = config_from_cli(config, overrides)
-    inputs = cluster.Inputs(catalog, labels=tuple(labels or ()))
+    listings = read_catalog(str(catalog), cfg.ingest)
+    inputs = cluster.Inputs(listings, labels=tuple(labels or ()))
     with terminal.showing_progress(cfg.runner.progress_every_s):
         result = cluster.run(cfg, inputs, out)
     console.print(result.summary())
@@ -333,37 +335,21 @@ def eval_command(  # noqa: PLR0913 - one parameter per CLI option
 ) -> None:
     """Pairwise and B-cubed P/R/F1 of pairsieve and the baselines against a truth column (with
     --labels, pairsieve's clustering tuned to the answers)."""
-    from rich.table import Table
-
+    from pairsieve.cli.evaluation import load_eval_catalog, scores_table
     from pairsieve.cluster import evaluate
     from pairsieve.datasets.benchmarks import benchmark
     from pairsieve.schemas import SELLER_ID
 
     cfg = config_from_cli(config, overrides)
-    frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
+    frame = load_eval_catalog(cfg, catalog, dataset, data_root)
     if dataset is not None and source_column is None and benchmark(dataset).cross_source:
         source_column = SELLER_ID
     scores = evaluate.compare(
         cfg, frame, truth_column, source_column=source_column, labels=tuple(labels or ())
     )
     pairs = f", cross-{source_column} pairs" if source_column else ""
-    table = Table(title=f"clustering vs {truth_column} ({len(frame)} listings{pairs})")
-    fields = {
-        "pairwise_precision": "pair P",
-        "pairwise_recall": "pair R",
-        "pairwise_f1": "pair F1",
-        "bcubed_precision": "B3 P",
-        "bcubed_recall": "B3 R",
-        "bcubed_f1": "B3 F1",
-        "clusters": "clusters",
-        "largest_cluster": "largest",
-    }
-    table.add_column("method", no_wrap=True)
-    for header in fields.values():
-        table.add_column(header, justify="right", no_wrap=True)
-    for method, s in scores.items():
-        table.add_row(method, *(str(getattr(s, f)) for f in fields))
-    Console(stderr=True, width=max(console.width, 110)).print(table)
+    title = f"clustering vs {truth_column} ({len(frame)} listings{pairs})"
+    Console(stderr=True, width=max(console.width, 110)).print(scores_table(scores, title))
     print_json({method: s.to_dict() for method, s in scores.items()})
 
 
@@ -384,13 +370,13 @@ def mine_eval_command(  # noqa: PLR0913 - one parameter per CLI option
     overrides: SetOpt = None,
 ) -> None:
     """False-negative rate of mined negatives: naive vs margin vs product exclusion vs both."""
-    from pairsieve.cluster import evaluate
-    from pairsieve.mine import evaluate as mine_eval
+    from pairsieve.cli.evaluation import load_eval_catalog, mine_eval
+    from pairsieve.mine.evaluate import format_table
 
     cfg = config_from_cli(config, overrides)
-    frame = evaluate.load_eval_catalog(cfg, catalog, dataset, data_root)
-    result = mine_eval.run_eval(cfg, frame, out, truth_column=truth_column)
-    sys.stdout.write(mine_eval.format_table(result) + "\n")
+    frame = load_eval_catalog(cfg, catalog, dataset, data_root)
+    result = mine_eval(cfg, frame, out, truth_column=truth_column)
+    sys.stdout.write(format_table(result) + "\n")
     console.print(f"targets: {result['targets']}  (JSON: {out / 'mine_eval.json'})")
 
 

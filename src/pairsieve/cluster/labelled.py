@@ -23,14 +23,14 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster import linkage
-from pairsieve.cluster.calibration import load_calibration
 from pairsieve.cluster.candidates import NODE, listing_nodes
-from pairsieve.cluster.verifier import NEIGHBOUR_FEATURES, PairModel, load_model, neighbour_graph
 from pairsieve.cluster.verify import judging, resolved_link_threshold, verify
 from pairsieve.config import ClusterConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels import adapt, refit, sample
 from pairsieve.labels.store import answered
+from pairsieve.pair_model.calibration import load_calibration
+from pairsieve.pair_model.model import NEIGHBOUR_FEATURES, PairModel, load_model, neighbour_graph
 
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix

@@ -28,13 +28,12 @@ from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 
 FIRST_SEEN = "first_seen"
-CHANGE = "change"
 OTHER_PRODUCT_ID = "other_product_id"
 _PREV = "previous_product_id"
 _PREV_SEEN = "previous_first_seen"
 
 CHANGES_SCHEMA = {
-    CHANGE: pl.String,
+    S.CHANGE: pl.String,
     S.PRODUCT_ID: pl.String,
     OTHER_PRODUCT_ID: pl.String,
     "listings": pl.Int64,
@@ -128,25 +127,25 @@ def _changes(
     )
     parts = [
         merged.select(
-            pl.lit("merged").alias(CHANGE),
+            pl.lit("merged").alias(S.CHANGE),
             pl.col("final_id").alias(S.PRODUCT_ID),
             pl.col(_PREV).alias(OTHER_PRODUCT_ID),
             pl.col("shared").alias("listings"),
         ),
         split.select(
-            pl.lit("split").alias(CHANGE),
+            pl.lit("split").alias(S.CHANGE),
             pl.col("final_id").alias(S.PRODUCT_ID),
             pl.col(_PREV).alias(OTHER_PRODUCT_ID),
             pl.col("shared").alias("listings"),
         ),
         new_ids.join(sizes, left_on="final_id", right_on=S.PRODUCT_ID).select(
-            pl.lit("new").alias(CHANGE),
+            pl.lit("new").alias(S.CHANGE),
             pl.col("final_id").alias(S.PRODUCT_ID),
             pl.lit(None, pl.String).alias(OTHER_PRODUCT_ID),
             "listings",
         ),
         removed.select(
-            pl.lit("removed").alias(CHANGE),
+            pl.lit("removed").alias(S.CHANGE),
             S.PRODUCT_ID,
             pl.lit(None, pl.String).alias(OTHER_PRODUCT_ID),
             "listings",
@@ -155,7 +154,7 @@ def _changes(
     return (
         pl.concat([p.cast(CHANGES_SCHEMA) for p in parts])
         .unique()
-        .sort(CHANGE, S.PRODUCT_ID, OTHER_PRODUCT_ID, nulls_last=True)
+        .sort(S.CHANGE, S.PRODUCT_ID, OTHER_PRODUCT_ID, nulls_last=True)
     )
 
 
@@ -187,7 +186,7 @@ def record(result: StageResult, out_dir: Path, previous: Path | None) -> StageRe
         products, changes = reconcile(products, before, build_number)
     io.write_parquet(products, out_dir / S.PRODUCTS_FILE)
     io.write_parquet(changes, out_dir / S.ID_CHANGES_FILE)
-    counts = dict(sorted(changes[CHANGE].value_counts().iter_rows()))
+    counts = dict(sorted(changes[S.CHANGE].value_counts().iter_rows()))
     details = {**result.details, "build_number": build_number, "id_changes": counts}
     outputs = {**result.outputs, "id_changes": S.ID_CHANGES_FILE}
     return replace(result, details=details, outputs=outputs)

@@ -16,7 +16,7 @@ from pairsieve.cluster.candidates import NODE as _NODE
 from pairsieve.core import io
 
 if TYPE_CHECKING:
-    from pairsieve.cluster.calibration import Calibration
+    from pairsieve.pair_model.calibration import Calibration
 
 
 class Clustered(Protocol):

@@ -41,7 +41,6 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster import candidates, labelled, lineage, linkage, pairs_file
-from pairsieve.cluster.calibration import load_calibration
 from pairsieve.cluster.link_groups import agglomerate_mapped
 from pairsieve.cluster.neighbours import Mapper
 from pairsieve.cluster.reuse import PreviousClustering, touching
@@ -56,13 +55,13 @@ from pairsieve.cluster.verify import (
 )
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io, memory
-from pairsieve.core.contract import Source, StageResult
+from pairsieve.core.contract import Source, StageResult, read_source
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.parallel import in_processes
 from pairsieve.core.partitions import MapSpans
 from pairsieve.errors import PairsieveError
-from pairsieve.ingest.catalog import read_catalog
+from pairsieve.pair_model.calibration import load_calibration
 from pairsieve.text import attributes as text
 
 if TYPE_CHECKING:
@@ -74,10 +73,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Inputs:
-    """What clustering reads: the listings (ingest's, or a catalog file in any format ingest
-    reads), optionally listing pairs (``listing_a``, ``listing_b``) to judge besides the
-    candidates, so that each gets its ``p_same`` in ``pairs.parquet``, and label files whose
-    answers tune the clustering to this catalog (`cluster.labelled`)."""
+    """What clustering reads: the listings (ingest's listings.parquet, or a frame with
+    listing_id and title), optionally listing pairs (``listing_a``, ``listing_b``) to judge
+    besides the candidates, so that each gets its ``p_same`` in ``pairs.parquet``, and label
+    files whose answers tune the clustering to this catalog (`cluster.labelled`)."""
 
     listings: Source
     requested: pl.DataFrame | None = None
@@ -433,9 +432,7 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
     titles when given, and carrying product ids over from the build folder ``previous_build``
     (`lineage.record`; without one every product is first seen now). ``map_spans`` maps the
     kNN search's partitions (`cluster.neighbours`)."""
-    frame = inputs.listings
-    if not isinstance(frame, pl.DataFrame):
-        frame = read_catalog(str(frame), cfg.ingest)
+    frame = read_source(inputs.listings, "listings", (S.LISTING_ID, S.TITLE))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     mapper = map_spans and Mapper(out_dir / _PARTITIONS, map_spans)

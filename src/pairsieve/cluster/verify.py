@@ -1,5 +1,5 @@
 """Verification of candidate pairs: attribute vetoes, then acceptance by the learned verifier
-(`pairsieve.cluster.verifier`) or the hand-set rule, evaluated column-wise over every pair.
+(`pairsieve.pair_model.model`) or the hand-set rule, evaluated column-wise over every pair.
 
 Kept apart from `pairsieve.cluster.stage` (candidates, agglomeration, the stage) because it is the
 part that decides which pairs may ever join, and the part its tests check pair by pair against
@@ -18,12 +18,12 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster import verifier
 from pairsieve.config import ClusterConfig, PairsieveConfig
 from pairsieve.core import io, partitions, progress
 from pairsieve.core.parallel import in_processes
 from pairsieve.core.partitions import Span
 from pairsieve.errors import PairsieveError
+from pairsieve.pair_model import model as verifier
 from pairsieve.text import attributes as text
 from pairsieve.text import match
 

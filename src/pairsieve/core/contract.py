@@ -26,11 +26,32 @@ from typing import Any
 import polars as pl
 
 from pairsieve.core import io, memory
+from pairsieve.errors import PairsieveError
 from pairsieve.schemas import SCHEMA_VERSION, STAGE_JSON
 
 log = logging.getLogger(__name__)
 
 Source = pl.DataFrame | Path | str  # a stage's input table: in memory, or its parquet file
+
+
+def read_source(frame: Source, name: str, required: tuple[str, ...]) -> pl.DataFrame:
+    """A stage's input table (`Source`), read and checked for the columns the stage needs.
+
+    Raises:
+        PairsieveError: ``missing_file`` / ``missing_column``, naming ``name`` or the file.
+    """
+    source = name
+    if not isinstance(frame, pl.DataFrame):
+        source = str(frame)
+        if not Path(frame).exists():
+            raise PairsieveError("missing_file", f"{name} not found", file=source)
+        frame = pl.read_parquet(frame)
+    for column in required:
+        if column not in frame.columns:
+            raise PairsieveError(
+                "missing_column", f"{name} lacks a required column", file=source, column=column
+            )
+    return frame
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Two shops' electronics catalogs, pipe-separated: Walmart 2,554 and Amazon 22,069 records. The
 truth, ``gt.csv``, lists the 853 Walmart-Amazon matches, so it only links listings across the
 two shops: a merge inside one shop is unlabelled, and the catalog is scored on cross-shop pairs
-(`pairsieve.cluster.evaluate.score` with ``source``).
+(`pairsieve.datasets.scoring.score` with ``source``).
 """
 
 from __future__ import annotations

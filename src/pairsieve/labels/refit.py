@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import minimize
 
-from pairsieve.cluster.verifier import PairModel
+from pairsieve.pair_model.model import PairModel
 
 PRIOR_STRENGTH = 10.0  # precision of the Gaussian prior per standardised coefficient
 MIN_LABELS = 30  # labelled unvetoed pairs, of both answers, a refit needs

@@ -21,15 +21,12 @@ false-negative rate is the share of kept negatives whose true product equals the
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
-from pairsieve.core import io
-from pairsieve.errors import PairsieveError
 from pairsieve.mine import deepen
 from pairsieve.mine import stage as mine
 from pairsieve.mine.retrieval import build_retrieval, embed_inputs, positive_table
@@ -162,7 +159,7 @@ def evaluate(
     """Mine with every variant over one index; return the comparison as a JSON-able dict.
 
     ``listings`` needs listing_id, title and true_product_id; ``clicks`` query and listing_id;
-    ``clusters`` (listing_id, product_id) from `pairsieve.cluster.stage` (None skips (c) and (d)).
+    ``clusters`` (listing_id, product_id), the cluster stage's products (None skips (c), (d)).
     """
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
     cache = shared_cache(cfg.cache_dir, encoder.model_key)
@@ -227,41 +224,3 @@ def format_table(result: dict[str, Any]) -> str:
             f"| {100 * m['kept_share_vs_a']:.1f}% |"
         )
     return "\n".join(lines)
-
-
-def run_eval(
-    cfg: PairsieveConfig,
-    catalog: pl.DataFrame,
-    out_dir: Path,
-    encoder: Encoder | None = None,
-    truth_column: str = S.TRUE_PRODUCT_ID,
-) -> dict[str, Any]:
-    """`pairsieve mine-eval`: derive a click log from the labelled catalog
-    (`datasets.clicklog.derive_clicks`, seeded by ``cfg.seed``), cluster the catalog with
-    `pairsieve.cluster.stage` (titles only; truth hidden), evaluate, and write
-    ``out_dir/mine_eval.json`` (plus the clusters under ``out_dir/cluster/``).
-
-    Raises:
-        PairsieveError: ``missing_column`` when the catalog lacks ``truth_column``.
-    """
-    from pairsieve.cluster import stage as cluster
-    from pairsieve.datasets.clicklog import derive_clicks
-    from pairsieve.vectors.embed import load_encoder
-
-    if truth_column not in catalog.columns:
-        raise PairsieveError(
-            "missing_column",
-            "catalog has no ground-truth column",
-            column=truth_column,
-            knob="--truth-column",
-        )
-    encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
-    clicks = derive_clicks(catalog, truth_column, seed=cfg.seed)
-    listings = cluster.Inputs(catalog.select(S.LISTING_ID, S.TITLE))
-    cluster.run(cfg, listings, Path(out_dir) / "cluster", encoder=encoder)
-    clusters = pl.read_parquet(Path(out_dir) / "cluster" / S.PRODUCTS_FILE)
-    truth = catalog.select(S.LISTING_ID, S.TITLE, pl.col(truth_column).alias(S.TRUE_PRODUCT_ID))
-    result = evaluate(cfg, truth, clicks, clusters, encoder)
-    result["click_log"] = {"rows": clicks.height, "seed": cfg.seed}
-    io.write_json(result, Path(out_dir) / "mine_eval.json")
-    return result

@@ -50,7 +50,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.core import io
-from pairsieve.core.contract import Source, StageResult
+from pairsieve.core.contract import Source, StageResult, read_source
 from pairsieve.core.hashing import text_keys
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.partitions import MapSpans
@@ -87,22 +87,6 @@ class Inputs:
     @classmethod
     def of(cls, layout: RunLayout) -> Inputs:
         return cls(layout.clicks, layout.listings, layout.products)
-
-
-def _read(frame: Source, name: str, required: tuple[str, ...]) -> pl.DataFrame:
-    """A frame or a parquet file, checked for the columns mining needs."""
-    source = name
-    if not isinstance(frame, pl.DataFrame):
-        source = str(frame)
-        if not Path(frame).exists():
-            raise PairsieveError("missing_file", f"{name} not found", file=source)
-        frame = pl.read_parquet(frame)
-    for column in required:
-        if column not in frame.columns:
-            raise PairsieveError(
-                "missing_column", f"{name} lacks a required column", file=source, column=column
-            )
-    return frame
 
 
 def summarise(
@@ -348,9 +332,9 @@ def run(
     Raises:
         PairsieveError: ``missing_file``, ``missing_column`` or ``unknown_listing``.
     """
-    clicks_df = _read(inputs.clicks, "clicks", (S.QUERY, S.LISTING_ID))
-    listings_df = _read(inputs.listings, "listings", (S.LISTING_ID, S.TITLE))
-    products_df = _read(inputs.products, "products", (S.LISTING_ID, S.PRODUCT_ID))
+    clicks_df = read_source(inputs.clicks, "clicks", (S.QUERY, S.LISTING_ID))
+    listings_df = read_source(inputs.listings, "listings", (S.LISTING_ID, S.TITLE))
+    products_df = read_source(inputs.products, "products", (S.LISTING_ID, S.PRODUCT_ID))
     pairs = clicks_df.select(S.QUERY, S.LISTING_ID).unique()
     clicks_name = "clicks" if isinstance(inputs.clicks, pl.DataFrame) else str(inputs.clicks)
     _check_known(pairs, listings_df, clicks_name)

@@ -97,11 +97,9 @@ def changes_section(
     """What changed since the previous build (`--previous`): product ids born, merged, split and
     removed (``changes``, the cluster stage's id_changes.parquet) and what each stage reused;
     None on a first build."""
-    from pairsieve.cluster.lineage import CHANGE
-
     if cluster is None or not cluster.details.get("build_number") or changes is None:
         return None
-    counts = dict(changes[CHANGE].value_counts().iter_rows())
+    counts = dict(changes[S.CHANGE].value_counts().iter_rows())
     kinds = ["new", "merged", "split", "removed"]
     reused_queries = (mine.details.get("incremental") or {}) if mine else {}
     figures = {
@@ -120,7 +118,7 @@ def changes_section(
         )
         if details.get("why_not")
     ]
-    rows = changes.sort(CHANGE, S.PRODUCT_ID).head(200).to_dicts()
+    rows = changes.sort(S.CHANGE, S.PRODUCT_ID).head(200).to_dicts()
     return section(
         "Changes since the previous build",
         figures=figures,
@@ -217,7 +215,7 @@ def add_judgement(pairs: pl.LazyFrame, figures: dict, charts: list) -> None:
     accepted and of those it did not, and how well ``p_same`` has held on labelled catalogs it
     was not fitted on (`calibration`). Nothing when no pair has a ``p_same`` (the rule
     verifier's pairs)."""
-    from pairsieve.cluster.calibration import BINS, load_calibration
+    from pairsieve.pair_model.calibration import BINS, load_calibration
 
     scored, accepted = pl.col(S.SIGNAL) != "exact", pl.col(S.ACCEPTED)
     p_same = pl.col(S.P_SAME).cast(pl.Float64)
@@ -420,9 +418,9 @@ def score_histograms(named_scores: dict[str, np.ndarray]) -> dict[str, Any]:
 
 def quality_section(predicted: pl.Series, truth: pl.Series) -> dict[str, Any]:
     """Pairwise and B-cubed P/R/F1 of the clustering against a ground-truth column."""
-    from pairsieve.cluster import evaluate
+    from pairsieve.datasets.scoring import score
 
-    scores = evaluate.score(predicted, truth).to_dict()
+    scores = score(predicted, truth).to_dict()
     metrics = ["precision", "recall", "f1"]
     return section(
         "Clustering quality",

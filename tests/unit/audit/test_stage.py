@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 from pairsieve import schemas as S
 from pairsieve.audit import stage as audit
 from pairsieve.cli import app
-from pairsieve.cluster.calibration import load_calibration
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels import store
+from pairsieve.pair_model.calibration import load_calibration
 from pairsieve.report.labels import label
 from tests.unit.report.test_labels import unlabelled
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pairsieve.cluster.evaluate import score
+from pairsieve.datasets.scoring import score
 from tests.unit.benchmarks.scripts import benchmark_module
 
 

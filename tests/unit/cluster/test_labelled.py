@@ -12,11 +12,11 @@ import pytest
 
 from pairsieve import schemas as S
 from pairsieve.cluster import stage as cluster
-from pairsieve.cluster.verifier import NEIGHBOUR_FEATURES, load_model
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels.pairs import pair_id
 from pairsieve.labels.store import write_labels
+from pairsieve.pair_model.model import NEIGHBOUR_FEATURES, load_model
 from tests.paths import SAMPLE_DIR
 
 # Each camera is listed twice, as two kits with other lenses, as marketplaces list it.

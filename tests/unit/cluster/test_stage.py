@@ -7,13 +7,14 @@ import polars as pl
 import pytest
 
 from pairsieve import schemas as S
-from pairsieve.cluster import calibration, candidates, linkage
+from pairsieve.cluster import candidates, linkage
 from pairsieve.cluster import stage as cluster
 from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import parallel as forked
 from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
+from pairsieve.pair_model import calibration
 from tests.maps import from_disk
 from tests.unit.cluster.graphs import random_graph
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pairsieve.cluster.verifier import PairModel
 from pairsieve.labels import refit
+from pairsieve.pair_model.model import PairModel
 
 PRIOR = PairModel(("overlap", "numbers"), np.array([4.0, 0.0]), -2.0)
 

@@ -10,9 +10,9 @@ import polars as pl
 import pytest
 
 from pairsieve import schemas as S
-from pairsieve.cluster import verifier
 from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
+from pairsieve.pair_model import model as verifier
 from pairsieve.text import attributes as text
 from tests.paths import SAMPLE_DIR
 
@@ -138,7 +138,7 @@ def test_verify_in_chunks_judges_every_pair_as_in_one(monkeypatch) -> None:
 _FEATURES_DIGEST = """
 import hashlib
 import numpy as np, polars as pl
-from pairsieve.cluster import verifier
+from pairsieve.pair_model import model as verifier
 from pairsieve.cluster.verify import _AttributeColumns
 from pairsieve.text import attributes as text
 titles = pl.read_parquet("{sample}")["title"].head(300).to_list()

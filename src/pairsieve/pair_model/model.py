@@ -6,7 +6,7 @@ model code) leaves evidence unused: which words the titles share matters more th
 title is contained in the longer one. A logistic regression over the features below combines
 them. Its coefficients are fitted once, offline, by ``benchmarks/fit_verifier.py`` on
 PriceRunner's candidate pairs (labels from its ground truth, attribute-vetoed pairs excluded, as
-vetoes stay hard) and shipped in ``verifier.json``: nothing is trained at run time. Every
+vetoes stay hard) and shipped in ``model.json``: nothing is trained at run time. Every
 feature is a ratio or a count relative to the catalog being clustered (IDF weights come from
 its own distinct titles), so no vocabulary of the training data is carried over.
 
@@ -33,7 +33,7 @@ import polars as pl
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
 
-MODEL_FILE = Path(__file__).with_name("verifier.json")
+MODEL_FILE = Path(__file__).with_name("model.json")
 _CHUNK = 1 << 18
 
 
@@ -46,7 +46,7 @@ class PairModel:
     intercept: float
 
     def as_json(self) -> dict:
-        """The model as ``verifier.json`` spells it (features, coef, intercept)."""
+        """The model as ``model.json`` spells it (features, coef, intercept)."""
         coef = [round(float(c), 6) for c in self.coef]
         intercept = round(self.intercept, 6)
         return {"features": list(self.features), "coef": coef, "intercept": intercept}
@@ -61,7 +61,7 @@ class PairModel:
 
 @cache
 def load_model(path: Path = MODEL_FILE) -> PairModel:
-    """The shipped model (``verifier.json``)."""
+    """The shipped model (``model.json``)."""
     spec = json.loads(Path(path).read_text())
     return PairModel(
         features=tuple(spec["features"]),
@@ -156,7 +156,7 @@ def best_cosines(n: int, a: np.ndarray, b: np.ndarray, cosine: np.ndarray) -> np
 def pair_features(
     words: csr_matrix, weights: np.ndarray, has_codes: np.ndarray, pairs: PairInputs
 ) -> dict[str, np.ndarray]:
-    """(m,) feature columns per candidate pair, by name (the names `verifier.json` uses).
+    """(m,) feature columns per candidate pair, by name (the names `model.json` uses).
 
     ``words`` is the (n_nodes, |vocab|) binary matrix of the titles' word sets, ``weights``
     its columns' `word_weights`, ``has_codes`` (n_nodes,) whether a title has a model code.

@@ -1,6 +1,6 @@
 """`p_same`: the probability that two listings are one product, calibrated across catalogs.
 
-The pair model's score (`pairsieve.cluster.verifier`) ranks pairs well but was fitted on one
+The pair model's score (`pairsieve.pair_model.model`) ranks pairs well but was fitted on one
 catalog with vetoed pairs left out, so as a probability it is off twice: its scale follows that
 catalog's share of true pairs, and it says nothing of the pairs an attribute vetoes (a vetoed
 pair is usually, not always, two products). A logistic map of the score's log-odds, one for
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pairsieve.cluster.verifier import MODEL_FILE
+from pairsieve.pair_model.model import MODEL_FILE
 
 _EPS = 1e-6
 BINS = 10  # equal-width probability bins of the reliability table
@@ -62,7 +62,7 @@ class Calibration:
 
 @cache
 def load_calibration(path: Path = MODEL_FILE) -> Calibration:
-    """The shipped calibration (the ``calibration`` entry of ``verifier.json``)."""
+    """The shipped calibration (the ``calibration`` entry of ``model.json``)."""
     spec = json.loads(Path(path).read_text())["calibration"]
     held_out = spec.get("leave_one_out", {})
     return Calibration(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pairsieve.cluster import calibration
+from pairsieve.pair_model import calibration
 
 
 def _brute_force_ece(p: list[float], y: list[int], bins: int) -> float:
