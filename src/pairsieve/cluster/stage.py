@@ -432,7 +432,7 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
     titles when given, and carrying product ids over from the build folder ``previous_build``
     (`lineage.record`; without one every product is first seen now). ``map_spans`` maps the
     kNN search's partitions (`cluster.neighbours`)."""
-    frame = read_source(inputs.listings, "listings", (S.LISTING_ID, S.TITLE))
+    frame = read_source(inputs.listings, "listings", S.CATALOG_REQUIRED)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     mapper = map_spans and Mapper(out_dir / _PARTITIONS, map_spans)

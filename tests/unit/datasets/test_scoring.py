@@ -10,6 +10,20 @@ import pytest
 from pairsieve.datasets import scoring
 
 
+def _b_cubed(pred: list[int], true: list[int], own: list[int]) -> float:
+    """Per item, the share of the items in its ``own`` cluster (predicted: precision; true:
+    recall) that share both its predicted and true cluster; averaged over items."""
+    n = len(pred)
+    return (
+        sum(
+            sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
+            / sum(own[j] == own[i] for j in range(n))
+            for i in range(n)
+        )
+        / n
+    )
+
+
 def _brute(pred: list[int], true: list[int], source: list[int] | None = None) -> dict[str, float]:
     n = len(pred)
     pairs = list(itertools.combinations(range(n), 2))
@@ -20,23 +34,7 @@ def _brute(pred: list[int], true: list[int], source: list[int] | None = None) ->
     correct = len(same_pred & same_true)
     p = correct / len(same_pred) if same_pred else 1.0
     r = correct / len(same_true) if same_true else 1.0
-    b3p = (
-        sum(
-            sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
-            / sum(pred[j] == pred[i] for j in range(n))
-            for i in range(n)
-        )
-        / n
-    )
-    b3r = (
-        sum(
-            sum(pred[j] == pred[i] and true[j] == true[i] for j in range(n))
-            / sum(true[j] == true[i] for j in range(n))
-            for i in range(n)
-        )
-        / n
-    )
-    return {"p": p, "r": r, "b3p": b3p, "b3r": b3r}
+    return {"p": p, "r": r, "b3p": _b_cubed(pred, true, pred), "b3r": _b_cubed(pred, true, true)}
 
 
 @pytest.mark.parametrize("seed", range(25))
