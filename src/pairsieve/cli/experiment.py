@@ -53,6 +53,14 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
     max_seq_length: Annotated[
         int, typer.Option("--max-seq-length", min=8, help="Token limit per text.")
     ] = 32,
+    mini_batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--mini-batch-size",
+            min=1,
+            help="Train each arm's loss by gradient caching, this many rows embedded at once.",
+        ),
+    ] = None,
     tau_learning_rate: Annotated[
         float | None,
         typer.Option("--tau-learning-rate", min=0.0, help="Learning rate of a learned τ [0.05]."),
@@ -78,6 +86,7 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
         batch_size=batch_size,
         negatives=negatives,
         max_seq_length=max_seq_length,
+        mini_batch_size=mini_batch_size,
         truth_column=truth_column,
     )
     if tau_learning_rate is not None:

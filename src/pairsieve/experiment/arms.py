@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -37,10 +37,14 @@ from pairsieve.errors import PairsieveError
 from pairsieve.experiment.data import RELEVANT, ExperimentData
 from pairsieve.training import (
     CLIP_TEMPERATURE,
+    MaskedCachedMultipleNegativesRankingLoss,
     MaskedMultipleNegativesRankingLoss,
     MaskedQueueRankingLoss,
     ProductDisjointBatchSampler,
 )
+
+if TYPE_CHECKING:
+    from pairsieve.experiment.settings import Settings
 
 ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "pairsieve-queue", "shards-stock", "oracle")
 LEARNED = "learned"
@@ -108,14 +112,20 @@ def _unique_labels(rows: int, columns: int) -> pl.Series:
     )
 
 
-def _masked(
-    model: Any, tau: float | str, queue: bool = False
-) -> MaskedMultipleNegativesRankingLoss:
+def _masked(model: Any, tau: float | str, mini_batch_size: int | None, queue: bool = False) -> Any:
+    """The masked loss at `tau`: by gradient caching when `mini_batch_size` is set, with a
+    memory queue when `queue`."""
     learned = tau == LEARNED
     scale = 1 / CLIP_TEMPERATURE if learned else 1 / float(tau)
     if queue:
+        if mini_batch_size is not None:
+            raise PairsieveError("bad_option", "pairsieve-queue takes no --mini-batch-size")
         return MaskedQueueRankingLoss(
             model, scale=scale, queue_size=QUEUE_SIZE, learn_scale=learned
+        )
+    if mini_batch_size is not None:
+        return MaskedCachedMultipleNegativesRankingLoss(
+            model, scale=scale, mini_batch_size=mini_batch_size, learn_scale=learned
         )
     return MaskedMultipleNegativesRankingLoss(model, scale=scale, learn_scale=learned)
 
@@ -132,9 +142,11 @@ def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
     guide: Any,
     data: ExperimentData,
     mined: dict[str, pl.DataFrame],
-    k: int,
+    settings: Settings,
 ) -> Recipe:
-    """The dataset, loss and batch sampler of a trained arm at temperature `tau`.
+    """The dataset, loss and batch sampler of a trained arm at temperature `tau`, with the
+    negatives per row and the gradient-caching mini-batch of `settings`. Each arm's loss is the
+    cached form of itself when a mini-batch is set, so a large batch changes only the memory.
 
     Raises:
         PairsieveError: `oracle` without a truth column, or `st-best` with a learned τ
@@ -143,31 +155,47 @@ def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
     from datasets import Dataset
     from sentence_transformers.base.sampler import BatchSamplers
     from sentence_transformers.sentence_transformer.losses import (
+        CachedGISTEmbedLoss,
+        CachedMultipleNegativesRankingLoss,
         GISTEmbedLoss,
         MultipleNegativesRankingLoss,
     )
 
+    k, mini = settings.negatives, settings.mini_batch_size
     if arm in ("naive", "shards-stock"):
         rows = mined[arm] if arm == "naive" else data.train.select(text_columns(k))
         if tau == LEARNED:
             rows = rows.with_columns(_unique_labels(rows.height, 1 + k))
             return Recipe(
-                Dataset.from_polars(rows), _masked(model, tau), BatchSamplers.BATCH_SAMPLER
+                Dataset.from_polars(rows), _masked(model, tau, mini), BatchSamplers.BATCH_SAMPLER
             )
-        loss = MultipleNegativesRankingLoss(model, scale=1 / float(tau))
+        loss = (
+            MultipleNegativesRankingLoss(model, scale=1 / float(tau))
+            if mini is None
+            else CachedMultipleNegativesRankingLoss(
+                model, scale=1 / float(tau), mini_batch_size=mini
+            )
+        )
         return Recipe(Dataset.from_polars(rows), loss, BatchSamplers.BATCH_SAMPLER)
     if arm == "st-best":
         if tau == LEARNED:
             raise PairsieveError("bad_option", "st-best's GISTEmbedLoss takes no learned τ")
-        loss = GISTEmbedLoss(model, guide=guide, temperature=float(tau))
+        loss = (
+            GISTEmbedLoss(model, guide=guide, temperature=float(tau))
+            if mini is None
+            else CachedGISTEmbedLoss(
+                model, guide=guide, temperature=float(tau), mini_batch_size=mini
+            )
+        )
         return Recipe(Dataset.from_polars(mined[arm]), loss, BatchSamplers.NO_DUPLICATES)
     if arm in ("pairsieve", "pairsieve-queue"):
         rows = _shard_rows(data, k)
-        loss = _masked(model, tau, queue=arm == "pairsieve-queue")
+        loss = _masked(model, tau, mini, queue=arm == "pairsieve-queue")
         return Recipe(Dataset.from_polars(rows), loss, ProductDisjointBatchSampler)
     if arm == "oracle":
         if data.truth_column is None:
             raise PairsieveError("bad_option", "the oracle arm needs --truth-column")
         rows = _shard_rows(data, k, data.labels_by(data.corpus.select(S.LISTING_ID, RELEVANT)))
-        return Recipe(Dataset.from_polars(rows), _masked(model, tau), ProductDisjointBatchSampler)
+        loss = _masked(model, tau, mini)
+        return Recipe(Dataset.from_polars(rows), loss, ProductDisjointBatchSampler)
     raise PairsieveError("bad_option", f"unknown arm {arm!r}; arms are {', '.join(ARMS)}")

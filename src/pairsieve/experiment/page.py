@@ -56,7 +56,12 @@ def model_section(results: dict[str, Any]) -> dict[str, Any]:
         f"Relevance: {results['relevance']}. {results['queries']:,} held-out queries against "
         f"{results['corpus_listings']:,} listings; {settings['steps']} steps at batch "
         f"{settings['batch_size']}, {settings['negatives']} hard negative(s) per row, "
-        f"max_seq_length {settings['max_seq_length']}.",
+        f"max_seq_length {settings['max_seq_length']}"
+        + (
+            f", losses by gradient caching {settings['mini_batch_size']} rows at a time."
+            if settings.get("mini_batch_size")
+            else "."
+        ),
         "An interval that excludes 0 is a difference the seeds and queries agree on.",
     ]
     return section(

@@ -144,7 +144,7 @@ def _one_run(context: dict[str, Any], arm: str, tau: float | str | None, seed: i
     else:
         model = load_model(settings)
         recipe = A.recipe(
-            arm, tau, model, context["base"], context["data"], context["mined"], settings.negatives
+            arm, tau, model, context["base"], context["data"], context["mined"], settings
         )
         info = train(model, recipe, settings, seed)
     scores = retrieval.evaluate(model, context["data"])

@@ -26,11 +26,20 @@ class Settings:
     warmup_ratio: float = 0.1
     max_seq_length: int = 32
     negatives: int = 1
+    # Rows embedded at once by the cached (GradCache) form of each arm's loss; None trains with
+    # the plain losses. Same gradients either way: only the memory of a large batch changes.
+    mini_batch_size: int | None = None
     truth_column: str | None = None
     base_model: str = field(default_factory=lambda: str(bundled_model_path()))
 
     def run_key(self, arm: str, tau: float | str, seed: int, fingerprint: str) -> str:
-        """The file stem of one run's scores: its arm, τ and seed, and a hash of the rest."""
-        shared = {k: v for k, v in asdict(self).items() if k not in ("arms", "taus", "seeds")}
+        """The file stem of one run's scores: its arm, τ and seed, and a hash of the rest. A
+        setting left unset (None) is not hashed, so adding an optional setting renames no kept
+        run."""
+        shared = {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in ("arms", "taus", "seeds") and v is not None
+        }
         digest = text_key(repr((sorted(shared.items()), fingerprint))) & 0xFFFFFFFF
         return f"{arm}-tau{tau}-seed{seed}-{digest:08x}"
