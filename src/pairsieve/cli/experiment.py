@@ -29,42 +29,48 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+TruthOpt = Annotated[
+    str | None, typer.Option("--truth-column", help="Ground-truth product column.")
+]
+ArmsOpt = Annotated[
+    str | None,
+    typer.Option("--arms", help="Comma-separated arms [all but pairsieve-queue; see README]."),
+]
+TausOpt = Annotated[str, typer.Option("--taus", help="Temperatures, e.g. 0.1,0.05,learned.")]
+SeedsOpt = Annotated[int, typer.Option("--seeds", min=1, help="Seeds per arm and τ.")]
+StepsOpt = Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps per run.")]
+BatchOpt = Annotated[int, typer.Option("--batch-size", min=2, help="Rows per batch.")]
+NegativesOpt = Annotated[int, typer.Option("--negatives", min=1, help="Hard negatives per row.")]
+SeqOpt = Annotated[int, typer.Option("--max-seq-length", min=8, help="Token limit per text.")]
+MiniBatchOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--mini-batch-size",
+        min=1,
+        help="Train each arm's loss by gradient caching, this many rows embedded at once.",
+    ),
+]
+TauRateOpt = Annotated[
+    float | None,
+    typer.Option("--tau-learning-rate", min=0.0, help="Learning rate of a learned τ [0.05]."),
+]
+
+
 @app.command("experiment")
 @handle_errors
 def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
     run: Annotated[Path, typer.Option("--run", help="A finished build with an eval split.")],
     out: OutOpt,
-    truth_column: Annotated[
-        str | None, typer.Option("--truth-column", help="Ground-truth product column.")
-    ] = None,
-    arms: Annotated[
-        str | None,
-        typer.Option("--arms", help="Comma-separated arms [all but pairsieve-queue; see README]."),
-    ] = None,
-    taus: Annotated[str, typer.Option("--taus", help="Temperatures, e.g. 0.1,0.05,learned.")] = (
-        "0.05"
-    ),
-    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeds per arm and τ.")] = 1,
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Optimizer steps per run.")] = 100,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=2, help="Rows per batch.")] = 64,
-    negatives: Annotated[
-        int, typer.Option("--negatives", min=1, help="Hard negatives per row.")
-    ] = 1,
-    max_seq_length: Annotated[
-        int, typer.Option("--max-seq-length", min=8, help="Token limit per text.")
-    ] = 32,
-    mini_batch_size: Annotated[
-        int | None,
-        typer.Option(
-            "--mini-batch-size",
-            min=1,
-            help="Train each arm's loss by gradient caching, this many rows embedded at once.",
-        ),
-    ] = None,
-    tau_learning_rate: Annotated[
-        float | None,
-        typer.Option("--tau-learning-rate", min=0.0, help="Learning rate of a learned τ [0.05]."),
-    ] = None,
+    truth_column: TruthOpt = None,
+    arms: ArmsOpt = None,
+    taus: TausOpt = "0.05",
+    seeds: SeedsOpt = 1,
+    steps: StepsOpt = 100,
+    batch_size: BatchOpt = 64,
+    negatives: NegativesOpt = 1,
+    max_seq_length: SeqOpt = 32,
+    mini_batch_size: MiniBatchOpt = None,
+    tau_learning_rate: TauRateOpt = None,
 ) -> None:
     """Train the bundled encoder under each arm; held-out recall, nDCG and MRR at 10 with paired
     bootstrap intervals into OUT/results.json and OUT/report.html."""

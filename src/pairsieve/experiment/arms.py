@@ -28,13 +28,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.errors import PairsieveError
 from pairsieve.experiment.data import RELEVANT, ExperimentData
+from pairsieve.experiment.settings import ARMS, Settings
 from pairsieve.training import (
     CLIP_TEMPERATURE,
     MaskedCachedMultipleNegativesRankingLoss,
@@ -43,10 +44,6 @@ from pairsieve.training import (
     ProductDisjointBatchSampler,
 )
 
-if TYPE_CHECKING:
-    from pairsieve.experiment.settings import Settings
-
-ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "pairsieve-queue", "shards-stock", "oracle")
 LEARNED = "learned"
 ON_REQUEST = ("pairsieve-queue",)  # not among the default arms
 QUEUE_SIZE = 1024  # the documents of 8 earlier batches of 64 rows with one negative each
@@ -130,6 +127,25 @@ def _masked(model: Any, tau: float | str, mini_batch_size: int | None, queue: bo
     return MaskedMultipleNegativesRankingLoss(model, scale=scale, learn_scale=learned)
 
 
+def _stock_loss(arm: str, model: Any, guide: Any, tau: float, mini_batch_size: int | None) -> Any:
+    """sentence-transformers' own loss of a stock arm at a fixed `tau`: GISTEmbedLoss (guided by
+    the base encoder) for st-best, MultipleNegativesRankingLoss for the others; their cached
+    forms when `mini_batch_size` is set."""
+    from sentence_transformers.sentence_transformer import losses
+
+    if arm == "st-best":
+        if mini_batch_size is None:
+            return losses.GISTEmbedLoss(model, guide=guide, temperature=tau)
+        return losses.CachedGISTEmbedLoss(
+            model, guide=guide, temperature=tau, mini_batch_size=mini_batch_size
+        )
+    if mini_batch_size is None:
+        return losses.MultipleNegativesRankingLoss(model, scale=1 / tau)
+    return losses.CachedMultipleNegativesRankingLoss(
+        model, scale=1 / tau, mini_batch_size=mini_batch_size
+    )
+
+
 def _shard_rows(data: ExperimentData, k: int, labels: pl.Series | None = None) -> pl.DataFrame:
     label = data.train[S.LABEL] if labels is None else labels
     return data.train.select(text_columns(k)).with_columns(label.list.head(1 + k).alias(S.LABEL))
@@ -154,12 +170,6 @@ def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
     """
     from datasets import Dataset
     from sentence_transformers.base.sampler import BatchSamplers
-    from sentence_transformers.sentence_transformer.losses import (
-        CachedGISTEmbedLoss,
-        CachedMultipleNegativesRankingLoss,
-        GISTEmbedLoss,
-        MultipleNegativesRankingLoss,
-    )
 
     k, mini = settings.negatives, settings.mini_batch_size
     if arm in ("naive", "shards-stock"):
@@ -169,24 +179,12 @@ def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
             return Recipe(
                 Dataset.from_polars(rows), _masked(model, tau, mini), BatchSamplers.BATCH_SAMPLER
             )
-        loss = (
-            MultipleNegativesRankingLoss(model, scale=1 / float(tau))
-            if mini is None
-            else CachedMultipleNegativesRankingLoss(
-                model, scale=1 / float(tau), mini_batch_size=mini
-            )
-        )
+        loss = _stock_loss(arm, model, guide, float(tau), mini)
         return Recipe(Dataset.from_polars(rows), loss, BatchSamplers.BATCH_SAMPLER)
     if arm == "st-best":
         if tau == LEARNED:
             raise PairsieveError("bad_option", "st-best's GISTEmbedLoss takes no learned τ")
-        loss = (
-            GISTEmbedLoss(model, guide=guide, temperature=float(tau))
-            if mini is None
-            else CachedGISTEmbedLoss(
-                model, guide=guide, temperature=float(tau), mini_batch_size=mini
-            )
-        )
+        loss = _stock_loss(arm, model, guide, float(tau), mini)
         return Recipe(Dataset.from_polars(mined[arm]), loss, BatchSamplers.NO_DUPLICATES)
     if arm in ("pairsieve", "pairsieve-queue"):
         rows = _shard_rows(data, k)

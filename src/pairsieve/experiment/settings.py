@@ -5,15 +5,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from pairsieve.core.hashing import text_key
-from pairsieve.experiment import arms as A
 from pairsieve.vectors.embed import bundled_model_path
+
+# Every arm an experiment can train; `experiment.arms` builds each one's recipe.
+ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "pairsieve-queue", "shards-stock", "oracle")
 
 
 @dataclass(frozen=True)
 class Settings:
     """Everything shared by the arms of one experiment."""
 
-    arms: tuple[str, ...] = A.ARMS
+    arms: tuple[str, ...] = ARMS
     taus: tuple[float | str, ...] = (0.05,)
     seeds: tuple[int, ...] = (0,)
     steps: int = 100
