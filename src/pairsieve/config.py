@@ -124,12 +124,12 @@ class KnnConfig(Section):
         None, ge=1, description="IVF lists; None derives 4*sqrt(n) from the index size."
     )
     nprobe: int = Field(16, ge=1, description="IVF lists visited per query.")
-    shard_vectors: int = Field(
+    slice_vectors: int = Field(
         262_144,
         ge=FAISS_BLOCK,
         multiple_of=FAISS_BLOCK,
-        description=f"Vectors per index shard (a multiple of {FAISS_BLOCK:,}). A task searching "
-        "the index holds one shard at a time (~1.5 KB a vector): its memory stays flat.",
+        description=f"Vectors per index slice (a multiple of {FAISS_BLOCK:,}). A task searching "
+        "the index holds one slice at a time (~1.5 KB a vector): its memory stays flat.",
     )
 
 

@@ -4,9 +4,9 @@ A span is one search batch of `KNN_QUERIES` titles (a query's scores follow the 
 searched in, so the spans are fixed counts, never a function of the number of workers) searched
 at a fixed thread count (`vectors.threads`): the pairs are the same whatever runs the spans. In
 this process the spans search the index in memory; given a `Mapper` (a build's cluster stage),
-the index is built shard by shard into a plan folder (`vectors.shards`), the vectors and the
+the index is built slice by slice into a plan folder (`vectors.index_slices`), the vectors and the
 rows to search go beside it, and each span is a task on the build's runner (`core.partitions`)
-that reads its own rows and one shard at a time.
+that reads its own rows and one slice at a time.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core import partitions as parts
 from pairsieve.core.partitions import MapSpans, Span
-from pairsieve.vectors import knn, minhash, shards
-from pairsieve.vectors.shards import ShardedIndex
+from pairsieve.vectors import index_slices, knn, minhash
+from pairsieve.vectors.index_slices import SlicedIndex
 from pairsieve.vectors.threads import fixed_threads
 
 KNN_QUERIES = 65_536  # titles searched at a time: a multiple of faiss's 4,096-query BLAS block
@@ -40,12 +40,12 @@ class Mapper:
 class NeighbourPlan:
     """The index over the titles' vectors and the rows whose neighbours are wanted."""
 
-    index: ShardedIndex
+    index: SlicedIndex
     vectors: np.ndarray
     rows: np.ndarray
 
     def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` (where its index's shards already are, or go now)
+        """Write the plan into ``folder`` (where its index's slices already are, or go now)
         and hold it in this process."""
         self.index.write(folder / "index")
         np.save(folder / "vectors.npy", self.vectors)
@@ -55,10 +55,10 @@ class NeighbourPlan:
 
     @staticmethod
     def read(folder: Path) -> NeighbourPlan:
-        """The plan in ``folder``: shards read as they are searched, vectors memory-mapped
+        """The plan in ``folder``: slices read as they are searched, vectors memory-mapped
         (a span gathers its own rows)."""
         return NeighbourPlan(
-            ShardedIndex.read(folder / "index"),
+            SlicedIndex.read(folder / "index"),
             np.load(folder / "vectors.npy", mmap_mode="r"),
             np.load(folder / "rows.npy"),
         )
@@ -93,16 +93,16 @@ def knn_pairs(  # noqa: PLR0913 - the search's inputs and where it may be mapped
     layout: knn.IvfLayout | None = None,
     keys: np.ndarray | None = None,
     mapper: Mapper | None = None,
-) -> tuple[np.ndarray, ShardedIndex]:
+) -> tuple[np.ndarray, SlicedIndex]:
     """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
     (with ``rows``, only the neighbours of those nodes are searched), and the index searched: a
     previous build's ``layout`` spares its IVF training and, for the titles with ``keys`` it
-    indexed, their assignment (`shards.build`). With ``mapper`` the index is built shard by
-    shard into a plan in its folder and the spans run on its map."""
+    indexed, their assignment (`index_slices.build`). With ``mapper`` the index is built slice by
+    slice into a plan in its folder and the spans run on its map."""
     rows = np.arange(len(vectors)) if rows is None else rows
     spans = parts.spans(len(rows), KNN_QUERIES)
     if mapper is None:  # the spans search the index held here, no files
-        index = shards.build(vectors, cfg.knn, cfg.seed, layout, keys)
+        index = index_slices.build(vectors, cfg.knn, cfg.seed, layout, keys)
         plan = NeighbourPlan(index, vectors, rows)
 
         def search(_: str, span: Span, c: PairsieveConfig) -> np.ndarray:
@@ -111,7 +111,7 @@ def knn_pairs(  # noqa: PLR0913 - the search's inputs and where it may be mapped
         found = parts.map_here(search, "", spans, cfg, STEP)
     else:
         folder = mapper.folder / "neighbours-plan"
-        index = shards.build(vectors, cfg.knn, cfg.seed, layout, keys, folder / "index")
+        index = index_slices.build(vectors, cfg.knn, cfg.seed, layout, keys, folder / "index")
         NeighbourPlan(index, vectors, rows).write(folder)
         try:
             files = mapper.map_spans(neighbour_span, str(folder), spans, cfg, STEP)

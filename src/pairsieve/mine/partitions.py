@@ -1,8 +1,8 @@
 """Mining as a map over partitions of the sorted queries (`core.partitions`).
 
-The stage writes a plan (the listings' index in shards, their vectors, the queries' vectors, the
+The stage writes a plan (the listings' index in slices, their vectors, the queries' vectors, the
 positives and the listing -> product map); each partition mines a span of query rows and writes
-its rows next to it. A partition on a worker reads one index shard at a time, its own queries'
+its rows next to it. A partition on a worker reads one index slice at a time, its own queries'
 vectors and the listing vectors a block at a time, so what it holds does not grow with the
 catalog. Spans start at multiples of `MINE_QUERY_BATCH` and a span is mined batch by batch exactly
 as one span over all queries would be (`deepen.mine_span`), with a fixed thread count for the
@@ -29,8 +29,8 @@ from pairsieve.core import partitions as parts
 from pairsieve.core.partitions import MapSpans, Span
 from pairsieve.mine.deepen import Mined, batch_edges, combine, dropped_part, mine_span
 from pairsieve.mine.retrieval import Retrieval
+from pairsieve.vectors.index_slices import SlicedIndex
 from pairsieve.vectors.knn import VectorFile
-from pairsieve.vectors.shards import ShardedIndex
 
 STEP = "mining hard negatives"
 PLAN = "plan"  # the plan's folder in the folder the stage gives `mine_mapped`
@@ -59,7 +59,7 @@ class Plan:
     products: pl.DataFrame
 
     def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` (where the index's shards may already be) and keep it
+        """Write the plan into ``folder`` (where the index's slices may already be) and keep it
         loaded for this process."""
         r = self.retrieval
         r.index.write(folder / "index")
@@ -81,10 +81,10 @@ class Plan:
 
     @staticmethod
     def read(folder: Path) -> Plan:
-        """The plan in ``folder``: the index shards and the listing vectors are read when
+        """The plan in ``folder``: the index slices and the listing vectors are read when
         searched, the queries' vectors memory-mapped (a span gathers its own)."""
         retrieval = Retrieval(
-            ShardedIndex.read(folder / "index"),
+            SlicedIndex.read(folder / "index"),
             pl.read_parquet(folder / "queries.parquet")[S.QUERY].to_list(),
             pl.read_parquet(folder / "listing_ids.parquet")[S.LISTING_ID],
             np.load(folder / "query_vectors.npy", mmap_mode="r"),

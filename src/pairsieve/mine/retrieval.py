@@ -1,6 +1,6 @@
 """Mining's retrieval half: embed the distinct queries and listings with the shared cache, build
-a faiss index over the listings (exact up to `knn.exact_max`, IVF above, in shards of
-`knn.shard_vectors`) and turn its answers into candidate tables; `positive_table` scores each
+a faiss index over the listings (exact up to `knn.exact_max`, IVF above, in slices of
+`knn.slice_vectors`) and turn its answers into candidate tables; `positive_table` scores each
 clicked (query, listing) pair."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pairsieve.core.hashing import text_keys
 from pairsieve.mine.filters import (
     with_ranks,
 )
-from pairsieve.vectors import knn, shards
+from pairsieve.vectors import index_slices, knn
 from pairsieve.vectors.embed import (
     EmbeddingCache,
     Encoder,
@@ -85,12 +85,12 @@ def embed_inputs(
 
 @dataclass(frozen=True)
 class Retrieval:
-    """A sharded faiss index over the listings and the distinct queries' vectors, searched as
+    """A sliced faiss index over the listings and the distinct queries' vectors, searched as
     deep as each query needs (`mine_pairs`), at a fixed thread count so that the scores are the
     same bytes on any worker (`vectors.threads`). The listing vectors, which the exact scan
     below the margin reads, may be a `knn.VectorFile`."""
 
-    index: shards.ShardedIndex
+    index: index_slices.SlicedIndex
     queries: list[str]
     listing_ids: pl.Series
     query_vectors: np.ndarray
@@ -136,17 +136,17 @@ def build_retrieval(
     layout: knn.IvfLayout | None = None,
     folder: Path | None = None,
 ) -> Retrieval:
-    """Exact `IndexFlatIP` shards up to ``knn.exact_max`` listings, IVF above (see
-    `pairsieve.vectors.shards`; a previous build's ``layout`` spares the IVF training while its
-    centroids fit, and the assignment of the titles it indexed); with ``folder``, the shards go
-    to files there as they are built."""
+    """Exact `IndexFlatIP` slices up to ``knn.exact_max`` listings, IVF above (see
+    `pairsieve.vectors.index_slices`; a previous build's ``layout`` spares the IVF training while
+    its centroids fit, and the assignment of the titles it indexed); with ``folder``, the slices
+    go to files there as they are built."""
     started = time.perf_counter()
-    index = shards.build(
+    index = index_slices.build(
         embedded.listing_vectors, cfg.knn, cfg.seed, layout, embedded.listing_keys, folder
     )
     info = {
         "index": index.kind,
-        "index_shards": len(index.shards),
+        "index_slices": len(index.slices),
         "index_s": time.perf_counter() - started,
         "search_s": 0.0,
     }

@@ -211,7 +211,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         "partitions": mapped["partitions"],
         "skipped_above_ceiling": mined.skipped_above_ceiling,
         "retrieval_rounds": mined.rounds,
-        **{k: retrieval.info[k] for k in ("index", "index_shards", "ivf_centroids")},
+        **{k: retrieval.info[k] for k in ("index", "index_slices", "ivf_centroids")},
         "embedding": {k: v for k, v in embed_stats.items() if k != "embed_s"},
     }
     if previous is not None:

@@ -12,7 +12,7 @@ import html
 import math
 from typing import Any
 
-from pairsieve.report.labels import label, value_text
+from pairsieve.report.wording import display_name, value_text
 
 WIDTH, HEIGHT = 900, 260
 LEFT, RIGHT, TOP, BOTTOM = 64, 250, 28, 64  # the legend sits in the right margin
@@ -48,12 +48,12 @@ document.addEventListener('DOMContentLoaded', function () {
 
 def table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
     """An HTML table of ``rows`` (dicts) under the columns' human labels, values written by their
-    kind (`labels.value_text`); columns in the order given or of the first row."""
+    kind (`wording.value_text`); columns in the order given or of the first row."""
     if not rows:
         return '<p class="note">nothing to show</p>'
     columns = columns or list(rows[0])
     head = "".join(
-        f'<th class="{_align(rows[0].get(c))}">{html.escape(label(c))}</th>' for c in columns
+        f'<th class="{_align(rows[0].get(c))}">{html.escape(display_name(c))}</th>' for c in columns
     )
     body = "".join(
         "<tr>"
@@ -67,7 +67,7 @@ def table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
 def figures_table(figures: dict[str, Any]) -> str:
     """A section's figures, one per row: what it is (with its unit) and its value."""
     body = "".join(
-        f'<tr><td class="t">{html.escape(label(k))}</td><td>{value_text(k, v)}</td></tr>'
+        f'<tr><td class="t">{html.escape(display_name(k))}</td><td>{value_text(k, v)}</td></tr>'
         for k, v in figures.items()
     )
     return f'<table><tr><th class="t">figure</th><th>value</th></tr>{body}</table>'

@@ -17,7 +17,7 @@ from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult
 from pairsieve.report import impact
-from pairsieve.report.labels import READINGS, label
+from pairsieve.report.wording import READINGS, display_name
 
 SIZE_BUCKETS = ((1, 1), (2, 2), (3, 3), (4, 5), (6, 10), (11, 20), (21, 50), (51, None))
 SCORE_BINS = 24
@@ -36,7 +36,7 @@ def section(title: str, **parts: Any) -> dict[str, Any]:
 
 
 def chart(chart_id: str, title: str, categories: list[Any], series: dict[str, list], **kw: Any):
-    """A bar-chart spec with the sentence that says what to read from it (`labels.READINGS`);
+    """A bar-chart spec with the sentence that says what to read from it (`wording.READINGS`);
     ``kw`` sets y_label (with its unit) and may set x_label, log and percent (values are
     shares, drawn as percentages)."""
     return {
@@ -82,7 +82,7 @@ def accounting_section(results: dict[str, StageResult]) -> dict[str, Any] | None
                 "accounting",
                 "Rows in, kept and dropped per stage",
                 stages,
-                {label(k): [r[k] for r in rows] for k in ("rows_in", "rows_out", "dropped")},
+                {display_name(k): [r[k] for r in rows] for k in ("rows_in", "rows_out", "dropped")},
                 y_label="rows (log scale)",
                 log=True,
             )

@@ -30,8 +30,8 @@ from pairsieve.report.headline import headline_section
 from pairsieve.report.judged import Judged, judged
 from pairsieve.report.labelled import NOTE as LABELS_NOTE
 from pairsieve.report.labelled import label_figures
-from pairsieve.report.labels import label, value_text
 from pairsieve.report.temperature import temperature_section
+from pairsieve.report.wording import display_name, value_text
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +344,7 @@ def recommendations_section(cfg: PairsieveConfig, report: dict[str, Any]) -> dic
             {
                 "recommendation": f"Mine with product exclusion: {share:.1%} of the candidates a "
                 "product-blind miner could keep were the positive's own product.",
-                "rests_on": f"Hard negatives: {label('same_product_share_of_eligible')}",
+                "rests_on": f"Hard negatives: {display_name('same_product_share_of_eligible')}",
             }
         )
     rate = report.get("false_negative_rate")
@@ -354,7 +354,7 @@ def recommendations_section(cfg: PairsieveConfig, report: dict[str, Any]) -> dic
                 "recommendation": f"{rate:.1%} of this dataset's negatives are its positive's "
                 "product"
                 + ("; re-mine them with pairsieve (product exclusion)." if rate > 0.01 else "."),
-                "rests_on": f"Audit: {label('false_negative_rate')}",
+                "rests_on": f"Audit: {display_name('false_negative_rate')}",
             }
         )
     return R.section("Recommendations", tables={"recommendations": recs})
@@ -466,7 +466,7 @@ def report_artifacts(report: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]
         if not sec or not sec["figures"]:
             continue
         lines += [f"## {sec['title']}", "", "| figure | value |", "|---|---|"]
-        lines += [f"| {label(k)} | {value_text(k, v)} |" for k, v in sec["figures"].items()]
+        lines += [f"| {display_name(k)} | {value_text(k, v)} |" for k, v in sec["figures"].items()]
         lines.append("")
     recs = report.get("recommendations")
     if recs:

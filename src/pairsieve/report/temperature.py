@@ -10,8 +10,8 @@ import numpy as np
 
 from pairsieve.config import PairsieveConfig
 from pairsieve.report import impact
-from pairsieve.report.labels import label
 from pairsieve.report.sections import chart, section
+from pairsieve.report.wording import display_name
 
 
 def temperature_section(
@@ -73,7 +73,7 @@ def _temperature_charts(
             "Worked 2-pair example: loss by temperature",
             [r["tau"] for r in worked],
             {
-                label(k): [r[k] for r in worked]
+                display_name(k): [r[k] for r in worked]
                 for k in ("row1_loss", "row2_loss", "mean_loss", "row2_with_duplicate_loss")
             },
             x_label="temperature τ",

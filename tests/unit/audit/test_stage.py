@@ -16,8 +16,8 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels import store
 from pairsieve.pair_model.calibration import load_calibration
-from pairsieve.report.labels import label
-from tests.unit.report.test_labels import unlabelled
+from pairsieve.report.wording import display_name
+from tests.unit.report.test_wording import unlabelled
 
 IPHONE = "Apple iPhone 8 64GB Space Grey"
 GALAXY = "Samsung Galaxy S9 SM-G960F 64GB Black"
@@ -103,7 +103,7 @@ def test_audit_report_sections(st_audit):
     temp = rep["temperature"]["tables"]["on this data"]
     assert temp[0]["rows_with_false_negative"] == 3
     recs = rep["recommendations"]["tables"]["recommendations"]
-    assert any(label("false_negative_rate") in r["rests_on"] for r in recs)
+    assert any(display_name("false_negative_rate") in r["rests_on"] for r in recs)
     assert unlabelled(rep) == []
 
 

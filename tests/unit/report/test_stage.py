@@ -20,11 +20,11 @@ from pairsieve.core.contract import StageResult
 from pairsieve.core.hashing import label_int
 from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
-from pairsieve.report import impact, labels
+from pairsieve.report import impact, wording
 from pairsieve.report import sections as R
 from pairsieve.report import stage as report
 from tests.paths import SAMPLE_DIR
-from tests.unit.report.test_labels import unlabelled
+from tests.unit.report.test_wording import unlabelled
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = (
@@ -274,7 +274,8 @@ def test_report_artifacts(built):
     _, _, out = built
     markdown, table = report.report_artifacts(out["report"])
     assert "## Recommendations" in markdown
-    assert f"| {labels.label('kappa_product')} | " in markdown and "kappa_product" not in markdown
+    assert f"| {wording.display_name('kappa_product')} | " in markdown
+    assert "kappa_product" not in markdown
     assert [r["batch_size"] for r in table] == list(PairsieveConfig().report.batch_sizes)
 
 

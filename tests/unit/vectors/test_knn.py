@@ -1,5 +1,5 @@
 """faiss index build and search: exact below `exact_max`, IVF above it (one shard; the shards
-themselves are tested in test_shards.py)."""
+themselves are tested in test_index_slices.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from pairsieve.config import KnnConfig
 from pairsieve.vectors import knn
+from pairsieve.vectors.index_slices import build as build_index
 from pairsieve.vectors.knn import scan_below
-from pairsieve.vectors.shards import build as build_index
 
 
 def unit_vectors(n: int, dim: int = 32, seed: int = 0) -> np.ndarray:
@@ -20,7 +20,7 @@ def unit_vectors(n: int, dim: int = 32, seed: int = 0) -> np.ndarray:
 def test_exact_index_finds_each_vector_first_with_cosine_one():
     vectors = unit_vectors(200)
     index = build_index(vectors, KnnConfig())
-    assert index.kind == "IndexFlatIP" and len(index.shards) == 1
+    assert index.kind == "IndexFlatIP" and len(index.slices) == 1
     scores, ids = index.search(vectors, k=5)
     assert scores.shape == ids.shape == (200, 5) and ids.dtype == np.int64
     np.testing.assert_array_equal(ids[:, 0], np.arange(200))
@@ -51,7 +51,7 @@ def test_ivf_above_exact_max_recalls_exact_neighbours():
     queries = vectors[:300] + 0.05 * unit_vectors(300, seed=2)
     cfg = KnnConfig(exact_max=1000, nprobe=16)
     index = build_index(vectors, cfg)
-    assert index.kind == "IndexIVFFlat" and index.shards[0].nprobe == 16
+    assert index.kind == "IndexIVFFlat" and index.slices[0].nprobe == 16
     _, approx = index.search(queries, k=10)
     _, exact = build_index(vectors, KnnConfig()).search(queries, k=10)
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)])

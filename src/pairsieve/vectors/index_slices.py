@@ -1,16 +1,16 @@
-"""A faiss index in shards of a fixed number of vectors, searched one shard at a time.
+"""A faiss index in slices of a fixed number of vectors, searched one slice at a time.
 
-A task that searches the whole catalog's index holds one shard of it, not the catalog, so its
-memory stays flat as the catalog grows; the shards can live in files (a plan folder that every
+A task that searches the whole catalog's index holds one slice of it, not the catalog, so its
+memory stays flat as the catalog grows; the slices can live in files (a plan folder that every
 worker reads) and are then read when searched and released after. Each query's top-k over all
-shards is the merge of its top-k in each shard.
+slices is the merge of its top-k in each slice.
 
-The merge gives the one index's answer, not an approximation of it: the IVF shards share one
-coarse quantizer, so a query probes the same lists in every shard and meets exactly the vectors
-the one index would scan; exact shards score the same (query, vector) products as one exact
-index, because shards start at multiples of faiss's 4,096-vector BLAS block (ties at rank k can
+The merge gives the one index's answer, not an approximation of it: the IVF slices share one
+coarse quantizer, so a query probes the same lists in every slice and meets exactly the vectors
+the one index would scan; exact slices score the same (query, vector) products as one exact
+index, because slices start at multiples of faiss's 4,096-vector BLAS block (ties at rank k can
 fall either way in both). The layout a day-2 build reuses (`knn.IvfLayout`) comes from the
-quantizer and the list each vector was assigned, which the shards keep.
+quantizer and the list each vector was assigned, which the slices keep.
 """
 
 from __future__ import annotations
@@ -27,29 +27,29 @@ from pairsieve.config import KnnConfig
 from pairsieve.core import io
 from pairsieve.vectors import knn
 
-_MANIFEST = "shards.json"
+_MANIFEST = "slices.json"
 
 
 @dataclass
-class ShardedIndex:
-    """Shards over consecutive runs of vectors: shard ``i`` holds rows ``starts[i]`` onward,
+class SlicedIndex:
+    """Slices over consecutive runs of vectors: slice ``i`` holds rows ``starts[i]`` onward,
     either in memory (a faiss index) or in a file read when searched."""
 
-    kind: str  # the faiss class of the shards, "IndexFlatIP" or "IndexIVFFlat"
+    kind: str  # the faiss class of the slices, "IndexFlatIP" or "IndexIVFFlat"
     starts: list[int]
     ntotal: int
-    shards: list[Any]  # faiss indexes, or paths of their files
+    slices: list[Any]  # faiss indexes, or paths of their files
     centroids: np.ndarray | None = None  # the shared coarse quantizer (IVF only)
     lists: np.ndarray | None = field(default=None, repr=False)  # (n,) each vector's IVF list
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` over all shards, as `knn.search`: (scores, ids), best first, ties to the
+        """Top-``k`` over all slices, as `knn.search`: (scores, ids), best first, ties to the
         smaller id, ids -1 where fewer exist."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         k = min(k, self.ntotal)
         found = [
-            _offset(knn.search(_load(shard), queries, k), start)
-            for shard, start in zip(self.shards, self.starts, strict=True)
+            _offset(knn.search(_load(slice), queries, k), start)
+            for slice, start in zip(self.slices, self.starts, strict=True)
         ]
         if len(found) == 1:
             return found[0]
@@ -61,35 +61,35 @@ class ShardedIndex:
 
     def layout(self, keys: np.ndarray) -> knn.IvfLayout | None:
         """The `knn.IvfLayout` of the vectors with text ``keys`` (n,) uint64, in index order;
-        None for exact shards."""
+        None for exact slices."""
         if self.centroids is None or self.lists is None:
             return None
         distinct, first = np.unique(np.asarray(keys, np.uint64), return_index=True)
         return knn.IvfLayout(self.centroids, distinct, self.lists[first])
 
-    def write(self, folder: Path) -> ShardedIndex:
-        """The same index with its shards in files in ``folder`` (created), and a manifest."""
+    def write(self, folder: Path) -> SlicedIndex:
+        """The same index with its slices in files in ``folder`` (created), and a manifest."""
         folder.mkdir(parents=True, exist_ok=True)
         paths = []
-        for number, shard in enumerate(self.shards):
-            path = folder / f"shard-{number:05d}.faiss"
-            if not isinstance(shard, str | Path):
+        for number, slice in enumerate(self.slices):
+            path = folder / f"slice-{number:05d}.faiss"
+            if not isinstance(slice, str | Path):
                 with io.atomic_path(path) as tmp:
-                    faiss.write_index(shard, str(tmp))
+                    faiss.write_index(slice, str(tmp))
             paths.append(str(path))
         if self.centroids is not None:
             np.save(folder / "centroids.npy", self.centroids)
         manifest = {"kind": self.kind, "starts": self.starts, "ntotal": self.ntotal}
         io.write_json(manifest, folder / _MANIFEST)
-        return ShardedIndex(self.kind, self.starts, self.ntotal, paths, self.centroids, self.lists)
+        return SlicedIndex(self.kind, self.starts, self.ntotal, paths, self.centroids, self.lists)
 
     @staticmethod
-    def read(folder: Path) -> ShardedIndex:
-        """The index `write` stored in ``folder``; its shards stay in their files."""
+    def read(folder: Path) -> SlicedIndex:
+        """The index `write` stored in ``folder``; its slices stay in their files."""
         manifest = json.loads((folder / _MANIFEST).read_text())
-        paths = [str(folder / f"shard-{i:05d}.faiss") for i in range(len(manifest["starts"]))]
+        paths = [str(folder / f"slice-{i:05d}.faiss") for i in range(len(manifest["starts"]))]
         centroids = folder / "centroids.npy"
-        return ShardedIndex(
+        return SlicedIndex(
             manifest["kind"],
             manifest["starts"],
             manifest["ntotal"],
@@ -98,8 +98,8 @@ class ShardedIndex:
         )
 
 
-def _load(shard: Any) -> Any:
-    return faiss.read_index(str(shard)) if isinstance(shard, str | Path) else shard
+def _load(slice: Any) -> Any:
+    return faiss.read_index(str(slice)) if isinstance(slice, str | Path) else slice
 
 
 def _offset(found: tuple[np.ndarray, np.ndarray], start: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,32 +114,32 @@ def build(  # noqa: PLR0913 - the vectors, the settings, what a previous build s
     previous: knn.IvfLayout | None = None,
     keys: np.ndarray | None = None,
     folder: Path | None = None,
-) -> ShardedIndex:
-    """Index (n, d) float32 unit vectors in shards of ``cfg.shard_vectors``: exact when n is
+) -> SlicedIndex:
+    """Index (n, d) float32 unit vectors in slices of ``cfg.slice_vectors``: exact when n is
     at most ``cfg.exact_max``, else IVF-flat with one quantizer (trained, or ``previous``'s
-    centroids, as `knn.coarse_lists` decides). With ``folder`` each shard goes to a file there
-    as soon as it is built, so this process never holds more than one shard."""
+    centroids, as `knn.coarse_lists` decides). With ``folder`` each slice goes to a file there
+    as soon as it is built, so this process never holds more than one slice."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     n, dim = vectors.shape
     quantizer, lists = (
         (None, None) if n <= cfg.exact_max else knn.coarse_lists(vectors, cfg, seed, previous, keys)
     )
-    starts = list(range(0, n, cfg.shard_vectors)) or [0]
-    shards: list[Any] = []
+    starts = list(range(0, n, cfg.slice_vectors)) or [0]
+    slices: list[Any] = []
     for number, start in enumerate(starts):
-        end = min(start + cfg.shard_vectors, n)
+        end = min(start + cfg.slice_vectors, n)
         if quantizer is None:
-            shard = faiss.IndexFlatIP(dim)
-            shard.add(vectors[start:end])
+            slice = faiss.IndexFlatIP(dim)
+            slice.add(vectors[start:end])
         else:
-            shard = knn.ivf_index(quantizer, vectors[start:end], lists[start:end], cfg)
+            slice = knn.ivf_index(quantizer, vectors[start:end], lists[start:end], cfg)
         if folder is not None:
-            path = folder / f"shard-{number:05d}.faiss"
+            path = folder / f"slice-{number:05d}.faiss"
             with io.atomic_path(path) as tmp:
-                faiss.write_index(shard, str(tmp))
-            shard = str(path)
-        shards.append(shard)
+                faiss.write_index(slice, str(tmp))
+            slice = str(path)
+        slices.append(slice)
     kind = "IndexFlatIP" if quantizer is None else "IndexIVFFlat"
     centroids = None if quantizer is None else quantizer.reconstruct_n(0, quantizer.ntotal)
-    index = ShardedIndex(kind, starts, n, shards, centroids, lists)
+    index = SlicedIndex(kind, starts, n, slices, centroids, lists)
     return index if folder is None else index.write(folder)

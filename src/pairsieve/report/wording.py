@@ -2,10 +2,10 @@
 value is written, and the sentence under each chart that says what to read from it.
 
 report.json keeps the raw keys (``kappa_text``, ``p_batch_clean``) for programs; the page shows
-`LABELS` instead and writes each value by its kind: a count with thousands separators, a share
-as a percentage, a score or a loss to three decimals. Every chart spec carries its sentence from
-`READINGS`. A test walks a build's and an audit's report and fails on any key shown without a
-label here, and on any chart without a sentence.
+`DISPLAY_NAMES` instead and writes each value by its kind: a count with thousands separators, a
+share as a percentage, a score or a loss to three decimals. Every chart spec carries its sentence
+from `READINGS`. A test walks a build's and an audit's report and fails on any key shown without
+a display name here, and on any chart without a sentence.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 Kind = Literal["count", "share", "score", "nats", "number", "text", "flag"]
 
-LABELS: dict[str, tuple[str, Kind]] = {
+DISPLAY_NAMES: dict[str, tuple[str, Kind]] = {
     # stages and rows
     "stage": ("stage", "text"),
     "reason": ("reason", "text"),
@@ -220,9 +220,9 @@ READINGS: dict[str, str] = {
 }
 
 
-def label(key: str) -> str:
+def display_name(key: str) -> str:
     """The reader's name of ``key`` (the key itself for one no label names)."""
-    return LABELS.get(key, (key, "text"))[0]
+    return DISPLAY_NAMES.get(key, (key, "text"))[0]
 
 
 def _number(value: float) -> str:
@@ -237,7 +237,7 @@ def value_text(key: str, value: Any) -> str:
     """``value`` written for the reader by the kind of ``key``, HTML-escaped."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    kind = LABELS.get(key, (key, "text"))[1]
+    kind = DISPLAY_NAMES.get(key, (key, "text"))[1]
     if isinstance(value, bool) or kind == "flag":
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)) and len(value) == 2:  # an interval (lo, hi)

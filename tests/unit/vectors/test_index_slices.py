@@ -1,4 +1,4 @@
-"""An index in shards answers as one index would, from memory or from its files."""
+"""An index in slices answers as one index would, from memory or from its files."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from pairsieve.config import FAISS_BLOCK, KnnConfig
-from pairsieve.vectors import knn, shards
+from pairsieve.vectors import index_slices, knn
 from tests.unit.vectors.test_knn import unit_vectors
 
-N = 2 * FAISS_BLOCK + 1_500  # three shards of FAISS_BLOCK, the last one short
+N = 2 * FAISS_BLOCK + 1_500  # three slices of FAISS_BLOCK, the last one short
 
 
 def near_copies(vectors: np.ndarray, count: int, seed: int) -> np.ndarray:
@@ -19,15 +19,15 @@ def near_copies(vectors: np.ndarray, count: int, seed: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("exact_max", [N, 1_000], ids=["exact", "ivf"])
-def test_shards_answer_with_the_bytes_of_one_index(exact_max):
+def test_slices_answer_with_the_bytes_of_one_index(exact_max):
     vectors = unit_vectors(N, seed=11)
-    vectors[FAISS_BLOCK + 7] = vectors[3]  # a tie across two shards
+    vectors[FAISS_BLOCK + 7] = vectors[3]  # a tie across two slices
     queries = near_copies(vectors, 4_500, seed=12)  # above faiss's BLAS block of queries too
-    one = shards.build(vectors, KnnConfig(exact_max=exact_max, nprobe=8))
-    many = shards.build(
-        vectors, KnnConfig(exact_max=exact_max, nprobe=8, shard_vectors=FAISS_BLOCK)
+    one = index_slices.build(vectors, KnnConfig(exact_max=exact_max, nprobe=8))
+    many = index_slices.build(
+        vectors, KnnConfig(exact_max=exact_max, nprobe=8, slice_vectors=FAISS_BLOCK)
     )
-    assert (len(one.shards), len(many.shards)) == (1, 3)
+    assert (len(one.slices), len(many.slices)) == (1, 3)
     assert many.starts == [0, FAISS_BLOCK, 2 * FAISS_BLOCK] and many.ntotal == N
     for a, b in zip(one.search(queries, 12), many.search(queries, 12), strict=True):
         assert a.tobytes() == b.tobytes()
@@ -39,20 +39,20 @@ def test_shards_answer_with_the_bytes_of_one_index(exact_max):
         np.testing.assert_array_equal(one.layout(keys).lists, many.layout(keys).lists)
 
 
-def test_shards_in_files_are_read_when_searched_and_answer_the_same(tmp_path):
+def test_slices_in_files_are_read_when_searched_and_answer_the_same(tmp_path):
     vectors = unit_vectors(N, seed=13)
-    cfg = KnnConfig(exact_max=1_000, nprobe=8, shard_vectors=FAISS_BLOCK)
-    kept = shards.build(vectors, cfg)
-    filed = shards.build(vectors, cfg, folder=tmp_path / "index")
-    assert all(isinstance(shard, str) for shard in filed.shards)
+    cfg = KnnConfig(exact_max=1_000, nprobe=8, slice_vectors=FAISS_BLOCK)
+    kept = index_slices.build(vectors, cfg)
+    filed = index_slices.build(vectors, cfg, folder=tmp_path / "index")
+    assert all(isinstance(slice, str) for slice in filed.slices)
     assert sorted(p.name for p in (tmp_path / "index").iterdir()) == [
         "centroids.npy",
-        "shard-00000.faiss",
-        "shard-00001.faiss",
-        "shard-00002.faiss",
-        "shards.json",
+        "slice-00000.faiss",
+        "slice-00001.faiss",
+        "slice-00002.faiss",
+        "slices.json",
     ]
-    read = shards.ShardedIndex.read(tmp_path / "index")
+    read = index_slices.SlicedIndex.read(tmp_path / "index")
     assert (read.kind, read.starts, read.ntotal) == ("IndexIVFFlat", filed.starts, N)
     np.testing.assert_array_equal(read.centroids, kept.centroids)
     queries = near_copies(vectors, 200, seed=14)
@@ -63,7 +63,7 @@ def test_shards_in_files_are_read_when_searched_and_answer_the_same(tmp_path):
 
 
 def test_fewer_vectors_than_k_and_no_queries():
-    index = shards.build(unit_vectors(5), KnnConfig(shard_vectors=FAISS_BLOCK))
+    index = index_slices.build(unit_vectors(5), KnnConfig(slice_vectors=FAISS_BLOCK))
     scores, ids = index.search(unit_vectors(2, seed=1), 10)
     assert ids.shape == (2, 5) and sorted(ids[0].tolist()) == [0, 1, 2, 3, 4]
     assert index.search(np.empty((0, 32), np.float32), 3)[1].shape == (0, 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pairsieve.report import html as report_html
-from pairsieve.report import labels
+from pairsieve.report import wording
 
 Y_LABEL_FITS = 34  # characters the rotated y label shows beside a chart's plot area
 
@@ -20,7 +20,7 @@ def unlabelled(report: dict[str, Any]) -> list[str]:
             continue
         shown = [] if sec.get("lead") else list(sec["figures"])
         shown += [column for rows in sec["tables"].values() for column in (rows[0] if rows else [])]
-        missing += [f"{name}: {key}" for key in shown if key not in labels.LABELS]
+        missing += [f"{name}: {key}" for key in shown if key not in wording.DISPLAY_NAMES]
         for spec in sec["charts"]:
             if not spec.get("y_label") or not spec.get("reading"):
                 missing.append(f"{name}: chart {spec['id']} lacks a unit or a sentence")
@@ -35,14 +35,14 @@ def unlabelled(report: dict[str, Any]) -> list[str]:
 
 
 def test_values_are_written_by_their_kind():
-    assert labels.value_text("share_with_duplicate", 0.3834) == "38.3%"
-    assert labels.value_text("kappa_product", 0.000412) == "0.0412%"
-    assert labels.value_text("listings", 27_600) == "27,600"
-    assert labels.value_text("mean_loss_floor", 0.693147) == "0.693"
-    assert labels.value_text("false_negatives_per_anchor", 0.2143) == "0.214"
-    assert labels.value_text("balanced", True) == "yes"
-    assert labels.value_text("reason", "<same>") == "&lt;same&gt;"
-    assert labels.value_text("pairwise_f1", None) == "–"
+    assert wording.value_text("share_with_duplicate", 0.3834) == "38.3%"
+    assert wording.value_text("kappa_product", 0.000412) == "0.0412%"
+    assert wording.value_text("listings", 27_600) == "27,600"
+    assert wording.value_text("mean_loss_floor", 0.693147) == "0.693"
+    assert wording.value_text("false_negatives_per_anchor", 0.2143) == "0.214"
+    assert wording.value_text("balanced", True) == "yes"
+    assert wording.value_text("reason", "<same>") == "&lt;same&gt;"
+    assert wording.value_text("pairwise_f1", None) == "–"
     assert report_html.tick_text(27_600) == "27.6k"
     assert report_html.tick_text(1_250_000) == "1.25M"
     assert report_html.tick_text(0.383, percent=True) == "38.3%"
@@ -55,4 +55,4 @@ def test_every_chart_id_has_its_sentence():
     spec = sections.chart(
         "vetoes", "Merges vetoed", ["brand_conflict"], {"pairs": [3]}, y_label="pairs"
     )
-    assert spec["reading"] == labels.READINGS["vetoes"]
+    assert spec["reading"] == wording.READINGS["vetoes"]
