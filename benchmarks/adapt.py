@@ -27,15 +27,15 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from fit_verifier import Run  # noqa: E402 - the sibling benchmark's clustering run
+from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's clustering run
 
 from pairsieve import schemas as S
+from pairsieve.cluster.judge import resolved_link_threshold
 from pairsieve.cluster.labelled import Clusterings, refitted_model
-from pairsieve.cluster.verify import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
 from pairsieve.labels import adapt, sample
-from pairsieve.pair_model import model as verifier
+from pairsieve.pair_model import model as pair_model
 from pairsieve.pair_model.calibration import load_calibration
 from pairsieve.pair_model.model import PairModel
 
@@ -54,10 +54,10 @@ class Catalog:
         self.score = base.scored["score"].to_numpy()
         self.answerable = np.flatnonzero(base.labelled)
         self.counts = base.result.nodes["count"].to_numpy()
-        self.clusterings = Clusterings(self.counts, base.scored, (), self.verified)
+        self.clusterings = Clusterings(self.counts, base.scored, (), self.judged_under)
         judged = ~base.vetoed  # the graph the product's refit reads (`labelled.tune`)
-        graph = verifier.neighbour_graph(len(self.counts), base.a[judged], base.b[judged])
-        base.features.update(verifier.neighbour_features(graph, base.a, base.b))
+        graph = pair_model.neighbour_graph(len(self.counts), base.a[judged], base.b[judged])
+        base.features.update(pair_model.neighbour_features(graph, base.a, base.b))
 
     def run(self, lifted: tuple[str, ...]) -> Run:
         if lifted not in self.runs:
@@ -65,7 +65,7 @@ class Catalog:
             self.runs[lifted] = Run(cfg, self.catalog, self.source)
         return self.runs[lifted]
 
-    def verified(self, lifted: tuple[str, ...], model: PairModel | None) -> pl.DataFrame:
+    def judged(self, lifted: tuple[str, ...], model: PairModel | None) -> pl.DataFrame:
         """The candidates judged with ``lifted`` vetoes by ``model`` (None: shipped)."""
         scored = self.run(lifted).scored
         if model is None:
@@ -102,8 +102,8 @@ class Catalog:
         on_pairs = adapt.Labelled(rows, labelled.label, labelled.weight)
         refitted = refitted_model(on_pairs, self.runs[()].vetoed, self.features)
         self.clusterings.models[adapt.REFIT] = refitted
-        for key in [k for k in self.clusterings.verified if k[1] == adapt.REFIT]:
-            del self.clusterings.verified[key]
+        for key in [k for k in self.clusterings.judged if k[1] == adapt.REFIT]:
+            del self.clusterings.judged[key]
         return (adapt.SHIPPED,) if refitted is None else (adapt.SHIPPED, adapt.REFIT)
 
 

@@ -4,7 +4,7 @@
     python benchmarks/cluster.py --listings 20000 --embedding  # + embedding path, cold and warm
     python benchmarks/cluster.py --listings 100000 --stage-out DIR  # cluster.run only + sha256s
 
-The MinHash path is signatures + LSH + code blocks + verification + clustering
+The MinHash path is signatures + LSH + code blocks + judging + clustering
 (`cluster.use_embeddings = false`). The baseline is `datasketch.MinHash.update` in a Python
 loop over the same word shingles for a sample, scaled to the same listing count (ratio).
 Peak RSS is read from the kernel (ru_maxrss) at the end.
@@ -100,7 +100,7 @@ STEPS = {
     "attributes": (("stage", "prepare"), ("stage", "node_table"), ("candidates", "common_codes")),
     "code_blocks": (("candidates", "code_block_pairs"),),
     "signatures_lsh": (("candidates", "minhash_pairs"),),
-    "combine_verify": (("candidates", "combine_candidates"), ("stage", "verify")),
+    "combine_judge": (("candidates", "combine_candidates"), ("stage", "judge")),
     "agglomerate": (("linkage", "agglomerate"),),
     "write": (("stage", "products_frame"), ("pairs_file", "write_pairs")),
 }

@@ -24,14 +24,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fit_verifier import Run  # noqa: E402 - the sibling benchmark's run
+from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's run
 from transfer import benchmark_run, held_out_splits, score_cells
 
 from pairsieve import schemas as S
-from pairsieve.cluster.verify import resolved_link_threshold
+from pairsieve.cluster.judge import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
-from pairsieve.pair_model import model as verifier
+from pairsieve.pair_model import model as pair_model
 from pairsieve.vectors.embed import bundled_model_path
 
 SEED = 20
@@ -148,7 +148,7 @@ def main() -> None:  # noqa: PLR0915 - one measurement, start to end
 
     torch.set_num_threads(2)
     cfg = PairsieveConfig()
-    shipped = verifier.load_model()
+    shipped = pair_model.load_model()
     link = resolved_link_threshold(cfg.cluster)
     runs, cheap, asked, texts = {}, {}, {}, {}
     for name, bench in BENCHMARKS.items():

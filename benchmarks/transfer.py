@@ -35,14 +35,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fit_verifier import Run, fit  # noqa: E402 - the sibling benchmark's run and fit
+from fit_pair_model import Run, fit  # noqa: E402 - the sibling benchmark's run and fit
 
 from pairsieve import schemas as S
-from pairsieve.cluster.verify import resolved_link_threshold
+from pairsieve.cluster.judge import resolved_link_threshold
 from pairsieve.config import PairsieveConfig, parse_override
 from pairsieve.datasets.benchmarks import BENCHMARKS
 from pairsieve.pair_model import calibration
-from pairsieve.pair_model import model as verifier
+from pairsieve.pair_model import model as pair_model
 
 PROBABILITIES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 LINKS = (0.1, 0.2, 0.3, 0.4, 0.5)
@@ -148,7 +148,7 @@ def calibration_table(runs: dict[str, Run], scores: dict[str, np.ndarray]) -> di
     return {**shipped.as_json(), "leave_one_out": tables}
 
 
-def write_calibration(spec: dict, path: Path = verifier.MODEL_FILE) -> None:
+def write_calibration(spec: dict, path: Path = pair_model.MODEL_FILE) -> None:
     """Store ``spec`` as the ``calibration`` entry of the shipped ``model.json``."""
     model = json.loads(path.read_text())
     model["calibration"] = spec
@@ -198,7 +198,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     base = PairsieveConfig().with_(**dict(parse_override(item) for item in args.set))
-    default_model = verifier.load_model()
+    default_model = pair_model.load_model()
     default_link = resolved_link_threshold(base.cluster)
     runs: dict[str, Run] = {}
     today = {}  # the shipped model and thresholds, vetoes as shipped

@@ -19,15 +19,15 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from fit_verifier import Run  # noqa: E402 - the sibling benchmark's run
+from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's run
 from scipy import sparse
 from transfer import benchmark_run, best_thresholds, equal_catalog_weights, held_out_splits
 
 from pairsieve import schemas as S
-from pairsieve.cluster.verify import resolved_link_threshold
+from pairsieve.cluster.judge import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
-from pairsieve.pair_model import model as verifier
+from pairsieve.pair_model import model as pair_model
 
 COLUMNS = 1 << 18
 _WITH_UNIT = re.compile(r"^\d+(?:[.,]\d+)?([a-z]+)$")
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--min-precision", type=float, default=0.75)
     args = parser.parse_args()
     cfg = PairsieveConfig()
-    shipped = verifier.load_model()
+    shipped = pair_model.load_model()
     link = resolved_link_threshold(cfg.cluster)
     runs, dense, words = {}, {}, {}
     for name, bench in BENCHMARKS.items():

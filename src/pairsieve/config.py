@@ -134,7 +134,7 @@ class KnnConfig(Section):
 
 
 class ClusterConfig(Section):
-    """Candidate generation, verification and clustering of listings into products."""
+    """Candidate generation, judging and clustering of listings into products."""
 
     num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations.")
     shingle_kind: Literal["word", "char"] = Field(
@@ -166,11 +166,11 @@ class ClusterConfig(Section):
     min_cosine: float = Field(
         0.8, ge=-1, le=1, description="Embedding neighbours below this cosine are not candidates."
     )
-    verifier: Literal["learned", "rule"] = Field(
+    judge: Literal["learned", "rule"] = Field(
         "learned",
         description="How an unvetoed candidate is accepted: 'learned' = the shipped logistic "
         "regression over pair features (pairsieve/pair_model/model.json, refit by "
-        "benchmarks/fit_verifier.py; its probability is the pair's linkage score), 'rule' = the "
+        "benchmarks/fit_pair_model.py; its probability is the pair's linkage score), 'rule' = the "
         "hand-set accept_cosine / accept_jaccard / accept_jaccard_alone / code_min_cosine rule "
         "(cosine or 1.0 for a shared code is the score). Without embeddings the rule decides.",
     )
@@ -178,14 +178,14 @@ class ClusterConfig(Section):
         0.3,
         ge=0,
         le=1,
-        description="With the learned verifier, an unvetoed pair is accepted at this probability "
+        description="With the learned judge, an unvetoed pair is accepted at this probability "
         "or more; the average-linkage guard (link_threshold) then decides the clusters.",
     )
     accept_cosine: float = Field(
         0.9,
         ge=-1,
         le=1,
-        description="Rule verifier: a candidate without a shared model code is accepted at "
+        description="Rule judge: a candidate without a shared model code is accepted at "
         "this cosine (with accept_jaccard), unless an attribute vetoes it.",
     )
     accept_jaccard: float = Field(
@@ -211,7 +211,7 @@ class ClusterConfig(Section):
         le=1,
         description="Average linkage two clusters need to merge: mean accepted-pair score over "
         "all their cross pairs (missing pairs count 0), so a single bridge pair cannot chain "
-        "two products together. None = 0.3 with the learned verifier (its probabilities run "
+        "two products together. None = 0.3 with the learned judge (its probabilities run "
         "lower than the rule's cosines) and 0.5 with the rule (also without embeddings).",
     )
     unjudged_weight: float = Field(

@@ -54,7 +54,7 @@ COSINE = "cosine"
 SIGNAL = "signal"
 ACCEPTED = "accepted"
 VETO_REASON = "veto_reason"
-LINK_SCORE = "link_score"  # pairs.parquet: the verifier's score that average linkage sums
+LINK_SCORE = "link_score"  # pairs.parquet: the judge's score that average linkage sums
 P_SAME = "p_same"  # pairs.parquet: calibrated probability that the two are one product
 
 # --- mine outputs --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ STEPS = {
     "banding MinHash signatures": "partitions",
     "pairing LSH buckets": "partitions",
     "finding nearest titles": "partitions",
-    "verifying candidate pairs": "partitions",
+    "judging candidate pairs": "partitions",
     "linking accepted pairs": "partitions",
     "mining hard negatives": "partitions",
     "writing train shards": "rows",

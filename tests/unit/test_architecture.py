@@ -144,7 +144,7 @@ def test_modules_and_functions_stay_small():
 
 
 def package_of(module: str) -> str:
-    """The top-level package (or module) of a pairsieve module: `pairsieve.cluster.verify` is in
+    """The top-level package (or module) of a pairsieve module: `pairsieve.cluster.judge` is in
     `pairsieve.cluster`."""
     return ".".join(module.split(".")[:2])
 

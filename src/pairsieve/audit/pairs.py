@@ -75,7 +75,7 @@ def negative_table(
     1; identical normalised titles get the calibrated share of such pairs; other pairs their
     probability in the clustering's ``pairs.parquet`` (every pair is judged there, as
     `cluster_texts` requests them; one that is not counts by its clusters). None when the
-    clustering wrote no probabilities (the rule verifier)."""
+    clustering wrote no probabilities (the rule judge)."""
     pairs = pl.read_parquet(
         work_dir / S.PAIRS_FILE, columns=[S.LISTING_A, S.LISTING_B, S.SIGNAL, S.P_SAME]
     )

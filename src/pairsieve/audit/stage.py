@@ -413,11 +413,11 @@ def with_labels(report: dict[str, Any], population: pl.DataFrame | None, files) 
     its interval; the model's own estimate and the labels used or not matched stay beside it.
 
     Raises:
-        PairsieveError: ``bad_config`` when the clustering gave no p_same (rule verifier).
+        PairsieveError: ``bad_config`` when the clustering gave no p_same (rule judge).
     """
     if population is None:
         raise PairsieveError(
-            "bad_config", "--labels needs p_same: the learned verifier", knob="cluster.verifier"
+            "bad_config", "--labels needs p_same: the learned judge", knob="cluster.judge"
         )
     found, unmatched = share_from_labels(population, answered(list(files)), weight=ROWS)
     figures = report["audit"]["figures"]

@@ -96,7 +96,7 @@ def build_cmd(  # noqa: PLR0913 - one parameter per CLI option
         Path | None,
         typer.Option(
             "--previous",
-            help="Last published build: its product ids carry over, and its verified pairs "
+            help="Last published build: its product ids carry over, and its judged pairs "
             "and unchanged queries' negatives are reused.",
         ),
     ] = None,

@@ -1,4 +1,4 @@
-"""Stage 2: cluster listings into product ids (candidates, pair verification, linkage)."""
+"""Stage 2: cluster listings into product ids (candidates, pair judging, linkage)."""
 
 from pairsieve.core.declaration import Stage
 

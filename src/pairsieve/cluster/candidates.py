@@ -2,7 +2,7 @@
 LSH over the titles' words, and kNN over their sentence embeddings; a caller may add pairs it
 wants judged (``requested``).
 
-Each signal only proposes pairs; verification (`cluster.verify`) judges them. With a previous
+Each signal only proposes pairs; the judge (`cluster.judge`) decides them. With a previous
 build (`cluster.reuse`), only pairs touching a node whose title changed are generated.
 """
 

@@ -7,8 +7,8 @@ pair it joins; answers that match no judged pair of this clustering are counted,
 silently. The sample was stratified by ``p_same`` and by whether the build merged the pair, so the
 answers are weighted by the same strata over this clustering's pairs (as the report's estimates
 are). Judging a setting that lifts a veto, or that judges by the pair model refitted to the
-labels (`pairsieve.labels.refit`), needs the pairs verified again under it: one more pass of
-verification per distinct (lifted vetoes, pair model).
+labels (`pairsieve.labels.refit`), needs the pairs judged again under it: one more pass of
+judging per distinct (lifted vetoes, pair model).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster import linkage
 from pairsieve.cluster.candidates import NODE, listing_nodes
-from pairsieve.cluster.verify import judging, resolved_link_threshold, verify
+from pairsieve.cluster.judge import judge, judging, resolved_link_threshold
 from pairsieve.config import ClusterConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels import adapt, refit, sample
@@ -35,14 +35,14 @@ from pairsieve.pair_model.model import NEIGHBOUR_FEATURES, PairModel, load_model
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
 
-VerifyWith = Callable[[tuple[str, ...], PairModel | None], pl.DataFrame]
+JudgeWith = Callable[[tuple[str, ...], PairModel | None], pl.DataFrame]
 
 
 @dataclass
 class Rejudge:
     """What judging the candidates again reads: every title's attributes, the candidate pairs
     and their cosines (the stage keeps them only when tuning to labels), and the graph of the
-    pairs no veto held apart in the first judgement (`verifier.NEIGHBOUR_FEATURES`; set by
+    pairs no veto held apart in the first judgement (`pair_model.NEIGHBOUR_FEATURES`; set by
     `tune`)."""
 
     cfg: ClusterConfig
@@ -57,7 +57,7 @@ class Rejudge:
         cfg = self.cfg.model_copy(update={"lifted_vetoes": lifted})
         graph = self.graph if model is not None else None
         context = judging(cfg, self.candidates, self.nodes, self.attrs, self.cosine, model, graph)
-        return verify(context, self.cosine, self.candidates)
+        return judge(context, self.cosine, self.candidates)
 
     def features(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The pair model's features of the candidates ``rows`` (a node's best cosine and
@@ -66,7 +66,7 @@ class Rejudge:
             self.cfg, self.candidates, self.nodes, self.attrs, self.cosine, None, self.graph
         )
         found: dict[str, np.ndarray] = {}
-        verify(context, self.cosine[rows], self.candidates[rows], found)
+        judge(context, self.cosine[rows], self.candidates[rows], found)
         return found
 
 
@@ -104,14 +104,14 @@ def _weighted(rows: np.ndarray, label: np.ndarray, p: np.ndarray, groups: np.nda
     return adapt.Labelled(rows, label, sizes[which[rows]] / taken[which[rows]])
 
 
-_DECIDED = ("score", S.VETO_REASON)  # what a verification under another setting changes
+_DECIDED = ("score", S.VETO_REASON)  # what a judging under another setting changes
 
 
 class Clusterings:
-    """The clustering of one catalog's judged pairs under any setting; the pairs are verified
+    """The clustering of one catalog's judged pairs under any setting; the pairs are judged
     once per (lifted vetoes, pair model). ``refitted`` is the `adapt.REFIT` pair model.
 
-    A verification keeps only what a setting changes, each pair's score and veto reason (9
+    A judging keeps only what a setting changes, each pair's score and veto reason (9
     bytes a pair, against 42 for the judged pairs on PriceRunner): the search may judge every
     pair under several sets of lifted vetoes, and holds them all."""
 
@@ -120,36 +120,36 @@ class Clusterings:
         counts: np.ndarray,
         scored: pl.DataFrame,
         lifted: tuple[str, ...],
-        verify_with: VerifyWith,
+        judge_with: JudgeWith,
         refitted: PairModel | None = None,
     ) -> None:
         self.counts = counts
         self.scored = scored
-        self.verified = {(lifted, adapt.SHIPPED): scored.select(_DECIDED)}
-        self.verify_with = verify_with
+        self.judged_under = {(lifted, adapt.SHIPPED): scored.select(_DECIDED)}
+        self.judge_with = judge_with
         self.models = {adapt.SHIPPED: None, adapt.REFIT: refitted}
         self.a, self.b = scored["a"].to_numpy(), scored["b"].to_numpy()
 
-    def _verified(self, lifted: tuple[str, ...], model: str) -> pl.DataFrame:
-        if (lifted, model) not in self.verified:
-            judged = self.verify_with(lifted, self.models[model])
-            self.verified[lifted, model] = judged.select(_DECIDED)
-        return self.scored.with_columns(self.verified[lifted, model].get_columns())
+    def _judged_under(self, lifted: tuple[str, ...], model: str) -> pl.DataFrame:
+        if (lifted, model) not in self.judged_under:
+            judged = self.judge_with(lifted, self.models[model])
+            self.judged_under[lifted, model] = judged.select(_DECIDED)
+        return self.scored.with_columns(self.judged_under[lifted, model].get_columns())
 
     def scores(self, lifted: tuple[str, ...], model: str) -> np.ndarray:
         """(pairs,) float64 score of every pair by ``model``, with the vetoes ``lifted``."""
-        return self._verified(lifted, model)["score"].to_numpy()
+        return self._judged_under(lifted, model)["score"].to_numpy()
 
     def judged(self, setting: adapt.Setting) -> pl.DataFrame:
         """The pairs as ``setting`` judges them: its vetoes, its pair model's score, accepted
         from its threshold. A refitted model's pairs carry the shipped model's calibrated
         ``p_same`` (the report's estimates and a label sample read that probability)."""
-        rows = self._verified(setting.lifted_vetoes, setting.pair_model)
+        rows = self._judged_under(setting.lifted_vetoes, setting.pair_model)
         ok = rows[S.VETO_REASON].is_null() & (pl.col("score") >= setting.accept_probability)
         rows = rows.with_columns(ok.alias(S.ACCEPTED))
         if setting.pair_model == adapt.SHIPPED:
             return rows
-        shipped = self._verified(setting.lifted_vetoes, adapt.SHIPPED)
+        shipped = self._judged_under(setting.lifted_vetoes, adapt.SHIPPED)
         vetoed = shipped[S.VETO_REASON].is_not_null().to_numpy()
         p_same = load_calibration().p_same(shipped["score"].to_numpy(), vetoed)
         return rows.with_columns(pl.Series(S.P_SAME, p_same))
@@ -173,11 +173,11 @@ def _default(cfg: ClusterConfig) -> adapt.Setting:
         PairsieveError: ``bad_config`` unless the learned pair model judges (labels tune its
             thresholds and calibrated p_same).
     """
-    if not (cfg.verifier == "learned" and cfg.use_embeddings):
+    if not (cfg.judge == "learned" and cfg.use_embeddings):
         raise PairsieveError(
             "bad_config",
-            "labels tune the learned pair model's clustering; this config uses the rule verifier",
-            knob="cluster.verifier",
+            "labels tune the learned pair model's clustering; this config uses the rule judge",
+            knob="cluster.judge",
         )
     return adapt.Setting(
         cfg.accept_probability,
@@ -196,7 +196,7 @@ def tune(
     rejudge: Rejudge,
 ) -> Tuned:
     """The setting the answered labels in ``files`` choose, and the pairs judged under it;
-    ``rejudge`` verifies the candidates again (other vetoes lifted, another pair model) and
+    ``rejudge`` judges the candidates again (other vetoes lifted, another pair model) and
     gives the labelled pairs' features for the refit.
 
     Raises:

@@ -1,17 +1,17 @@
-"""Day-2 clustering: reuse the previous build's verified pairs between listings that did not change.
+"""Day-2 clustering: reuse the previous build's judged pairs between listings that did not change.
 
-Candidate generation and verification are most of clustering's work, and a daily build changes a
+Candidate generation and judging are most of clustering's work, and a daily build changes a
 few percent of the catalog. A node (one distinct title) is *settled* when its representative
 listing was in the previous build with the same title and brand and no listing that left or
 changed shared its title: then every previous pair between two settled nodes is still the pair
-a full build would verify, and is reused as it was recorded (`pairs.parquet`, with its
+a full build would judge, and is reused as it was recorded (`pairs.parquet`, with its
 `link_score`). Only pairs touching an unsettled node (new titles, new representatives) are
-generated, by the same four signals over the whole catalog, and verified. Average linkage then
+generated, by the same four signals over the whole catalog, and judged. Average linkage then
 runs over all pairs as in a full build, so a new copy can join an old product and two old
 products can merge through it.
 
 What differs from a full build (measured in benchmarks/RESULTS.md, "incremental"): a settled
-pair keeps the score of the build that verified it (the verifier's word weights come from that
+pair keeps the score of the build that judged it (the judge's word weights come from that
 build's catalog); two settled nodes are never paired anew (a code block or LSH bucket that
 shrank below `cluster.max_bucket` pairs only its unsettled members); and an old node gains a new
 node as embedding neighbour only when the new node finds the old one among its own nearest
@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster.verify import INFORMATIVE
+from pairsieve.cluster.judge import INFORMATIVE
 from pairsieve.core import io
 from pairsieve.core import partitions as parts
 from pairsieve.core.contract import load_result
@@ -127,7 +127,7 @@ class PreviousClustering:
         self, nodes: pl.DataFrame, settled: np.ndarray, cfg: Any, mapper: Mapper | None = None
     ) -> pl.LazyFrame:
         """The previous pairs between two settled nodes, as scored node pairs (a < b) with the
-        columns `cluster.verify.verify` gives, in the previous file's order. With ``mapper``
+        columns `cluster.judge.judge` gives, in the previous file's order. With ``mapper``
         the previous pairs are mapped a span of ``REUSE_ROWS`` rows at a time on its runner
         (``cfg.runner``), so no process holds all of them (3.2e7 at 10^6 listings); without,
         they are read here at once."""

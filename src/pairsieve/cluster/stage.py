@@ -1,4 +1,4 @@
-"""Listings -> product ids: candidates, verification with vetoes, clustering without chaining.
+"""Listings -> product ids: candidates, judging with vetoes, clustering without chaining.
 
 Measured on PriceRunner: connected components over any single similarity signal score
 pairwise F1 0.001-0.10, because one bridge pair chains "iPhone 8 64GB" to "iPhone 8 256GB" to
@@ -11,7 +11,7 @@ pairwise F1 0.001-0.10, because one bridge pair chains "iPhone 8 64GB" to "iPhon
    are skipped), and faiss kNN over sentence embeddings of the raw titles.
 3. Each candidate is scored (word Jaccard, cosine) and vetoed when extracted attributes conflict
    (model code, capacity/size, generation, variant word, number); the reason is recorded. An
-   unvetoed pair is accepted by the learned verifier (`verifier`: a logistic regression over
+   unvetoed pair is accepted by the learned judge (`pair_model`: a logistic regression over
    pair features, shipped as coefficients), whose probability is the pair's linkage score.
 4. Accepted pairs are merged by constrained average linkage (`agglomerate`): two clusters merge
    only when the mean score over *all* their cross pairs reaches `link_threshold` and no cross
@@ -41,18 +41,18 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster import candidates, labelled, lineage, linkage, pairs_file
-from pairsieve.cluster.link_groups import agglomerate_mapped
-from pairsieve.cluster.neighbours import Mapper
-from pairsieve.cluster.reuse import PreviousClustering, touching
-from pairsieve.cluster.verify import (
+from pairsieve.cluster.judge import (
     INFORMATIVE,
+    judge,
+    judge_mapped,
     judging,
     pair_cosines,
     resolved_link_threshold,
-    uses_learned_verifier,
-    verify,
-    verify_mapped,
+    uses_pair_model,
 )
+from pairsieve.cluster.link_groups import agglomerate_mapped
+from pairsieve.cluster.neighbours import Mapper
+from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io, memory
 from pairsieve.core.contract import Source, StageResult, read_source
@@ -158,7 +158,7 @@ class Clustering:
     """Everything one clustering run computed, for writing and for evaluation.
 
     ``frame``: listings (sorted by id) with their node; ``nodes``: one row per node;
-    ``scored``: every verified candidate node pair; ``node_labels``: (n_nodes,) cluster label;
+    ``scored``: every judged candidate node pair; ``node_labels``: (n_nodes,) cluster label;
     ``ivf``: the kNN index's `knn.IvfLayout`, kept for the next build (None when exact).
     """
 
@@ -209,8 +209,8 @@ class Clustering:
 
 @dataclass
 class _Judgement:
-    """Listings, nodes and judged candidate pairs (a query: on disk when verification was
-    mapped), before linkage; when tuning to labels, ``rejudge`` verifies the same candidates
+    """Listings, nodes and judged candidate pairs (a query: on disk when judging was
+    mapped), before linkage; when tuning to labels, ``rejudge`` judges the same candidates
     again (`labelled.Rejudge`)."""
 
     frame: pl.DataFrame
@@ -247,9 +247,9 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
     tuning: bool,
     mapper: Mapper | None,
 ) -> _Judgement:
-    """Nodes, candidates and their verification (see `cluster_listings`). When ``tuning`` to
+    """Nodes, candidates and their judging (see `cluster_listings`). When ``tuning`` to
     labels, every pair is judged afresh and can be judged again (``rejudge``); otherwise
-    nothing verification read is kept."""
+    nothing judging read is kept."""
     c = cfg.cluster
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -276,11 +276,11 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
     del vectors  # read for the cosines only
     context = judging(c, candidate_pairs, nodes, attrs, cosine)
     if mapper is None or features is not None:
-        scored = verify(context, cosine, candidate_pairs, features).lazy()
+        scored = judge(context, cosine, candidate_pairs, features).lazy()
     else:
         if not tuning:
-            del attrs  # the context holds what verification reads of them
-        scored = pl.scan_parquet(verify_mapped(cfg, context, cosine, candidate_pairs, mapper))
+            del attrs  # the context holds what judging reads of them
+        scored = pl.scan_parquet(judge_mapped(cfg, context, cosine, candidate_pairs, mapper))
     del context
     if not tuning:
         del cosine  # rejudge reads it when tuning
@@ -313,14 +313,14 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
 ) -> Clustering:
     """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
     runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
-    learned verifier's pair features (rows of ``Clustering.scored``), for refitting it. With
+    learned judge's pair features (rows of ``Clustering.scored``), for refitting it. With
     ``previous``, pairs between unchanged titles are reused from it and only pairs touching the
-    others are generated and verified (`cluster.reuse`). ``requested`` listing pairs are judged
+    others are generated and judged (`cluster.reuse`). ``requested`` listing pairs are judged
     as candidates too (those touching a changed title, with ``previous``). ``label_files``
     tune the vetoes and thresholds to the answers in them (`cluster.labelled`); every pair is
     then judged afresh, as a lifted veto changes pairs ``previous`` settled. ``mapper`` maps
-    the kNN search over partitions of titles (`cluster.neighbours`), the verification over
-    spans of candidates (`cluster.verify`), the linkage over groups of components
+    the kNN search over partitions of titles (`cluster.neighbours`), the judging over
+    spans of candidates (`cluster.judge`), the linkage over groups of components
     (`cluster.link_groups`) and the reuse of ``previous``'s pairs over spans of them
     (`cluster.reuse`)."""
     c = cfg.cluster
@@ -347,7 +347,7 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     memory.release()
     if not tuning:
         scored = judged.scored.collect()
-    timings["verify_s"] = time.perf_counter() - started - sum(timings.values())
+    timings["judge_s"] = time.perf_counter() - started - sum(timings.values())
     if mapper is None:
         labels = linkage.agglomerate(counts, scored, link, unjudged)
     else:
@@ -359,7 +359,7 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
 
 
 def _judged(scored: pl.DataFrame, by_signal: dict[str, int]) -> dict:
-    """What the verification decided: candidates per signal, pairs, accepted, vetoes by reason."""
+    """What the judging decided: candidates per signal, pairs, accepted, vetoes by reason."""
     vetoes = scored.drop_nulls(S.VETO_REASON)[S.VETO_REASON].value_counts().iter_rows()
     return {
         "candidates_by_signal": by_signal,
@@ -454,7 +454,7 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
     if result.ivf is not None:
         outputs.update(result.ivf.write(out_dir))
     found = result.details
-    calibration = load_calibration() if uses_learned_verifier(cfg.cluster) else None
+    calibration = load_calibration() if uses_pair_model(cfg.cluster) else None
     pairs_file.write_pairs(result, calibration, out_dir / S.PAIRS_FILE)
     del result
     sizes = products.group_by(S.PRODUCT_ID).len()

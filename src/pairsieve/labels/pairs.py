@@ -44,7 +44,7 @@ def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
 
     Raises:
         PairsieveError: ``missing_file`` without a clustering, ``bad_input`` when it has no
-        ``p_same`` (made by the rule verifier).
+        ``p_same`` (made by the rule judge).
     """
     layout = RunLayout(run_dir)
     pairs_path, products_path = layout.pairs, layout.products
@@ -53,7 +53,7 @@ def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
     pairs = pl.read_parquet(pairs_path).filter(pl.col(S.SIGNAL) != "exact")
     if S.P_SAME not in pairs.columns or 0 < pairs.height == pairs[S.P_SAME].null_count():
         raise PairsieveError(
-            "bad_input", "the clustering has no p_same (rule verifier)", file=str(pairs_path)
+            "bad_input", "the clustering has no p_same (rule judge)", file=str(pairs_path)
         )
     titles = pl.read_parquet(layout.listings, columns=[S.LISTING_ID, S.TITLE])
     product = pl.read_parquet(products_path, columns=[S.LISTING_ID, S.PRODUCT_ID])

@@ -143,10 +143,10 @@ def cluster_step(
     """Cluster ingested listings into products under `run_dir/cluster/`.
 
     With ``previous`` (the folder of the last published build) product ids carry over from it
-    and its verified pairs between unchanged titles are reused (`cluster.reuse`). Answered
+    and its judged pairs between unchanged titles are reused (`cluster.reuse`). Answered
     ``labels`` files tune the clustering to this catalog (`cluster.labelled`). ``map_spans``
-    runs the partitions of the kNN search and of verification (`cluster.neighbours`,
-    `cluster.verify`; default: in memory here).
+    runs the partitions of the kNN search and of judging (`cluster.neighbours`,
+    `cluster.judge`; default: in memory here).
     """
     from pairsieve.cluster import stage as cluster
     from pairsieve.core import io

@@ -214,7 +214,7 @@ def add_judgement(pairs: pl.LazyFrame, figures: dict, charts: list) -> None:
     """How sure the same-product judgement is: the mean ``p_same`` of the candidate pairs it
     accepted and of those it did not, and how well ``p_same`` has held on labelled catalogs it
     was not fitted on (`calibration`). Nothing when no pair has a ``p_same`` (the rule
-    verifier's pairs)."""
+    judge's pairs)."""
     from pairsieve.pair_model.calibration import BINS, load_calibration
 
     scored, accepted = pl.col(S.SIGNAL) != "exact", pl.col(S.ACCEPTED)

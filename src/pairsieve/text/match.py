@@ -15,7 +15,7 @@ from pairsieve.text.attributes import Attributes
 
 class Codes(NamedTuple):
     """A title's model codes, all `compare_codes` reads of it (an `Attributes` has the same two
-    fields): what verification ships to its workers for each distinct set of codes."""
+    fields): what judging ships to its workers for each distinct set of codes."""
 
     codes: frozenset[str]
     joined: frozenset[str]

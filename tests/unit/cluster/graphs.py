@@ -10,7 +10,7 @@ from pairsieve import schemas as S
 
 def random_graph(seed: int) -> tuple[np.ndarray, pl.DataFrame]:
     """Listings per node and judged pairs of a random graph: tied scores, listing counts,
-    vetoes, repeated and reversed pairs (distinct pairs for odd seeds, as `verify` produces
+    vetoes, repeated and reversed pairs (distinct pairs for odd seeds, as `judge` produces
     them), two-node components."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 60))
@@ -18,7 +18,7 @@ def random_graph(seed: int) -> tuple[np.ndarray, pl.DataFrame]:
     a, b = rng.integers(0, n, m), rng.integers(0, n, m)
     keep = a != b
     a, b = a[keep], b[keep]
-    if seed % 2:  # distinct pairs, as `verify` produces them
+    if seed % 2:  # distinct pairs, as `judge` produces them
         key = np.unique(np.minimum(a, b) * n + np.maximum(a, b))
         a, b = key // n, key % n
     veto = rng.random(len(a)) < 0.15

@@ -104,7 +104,7 @@ def test_labels_need_the_learned_pair_model(tmp_path) -> None:
     files = (_labels(tmp_path / "labels.jsonl", [("c00", "c01", True)]),)
     with pytest.raises(PairsieveError) as found:
         cluster.run(cfg, cluster.Inputs(_catalog(), labels=files), tmp_path / "out")
-    assert found.value.code == "bad_config" and found.value.knob == "cluster.verifier"
+    assert found.value.code == "bad_config" and found.value.knob == "cluster.judge"
 
 
 def test_cluster_and_eval_commands_take_labels(tmp_path, session_cache_dir) -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from pairsieve import schemas as S
 from pairsieve.cluster import candidates, linkage
+from pairsieve.cluster import judge as cluster_judge
 from pairsieve.cluster import stage as cluster
-from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import parallel as forked
 from pairsieve.core.hashing import hex_digest
@@ -104,7 +104,7 @@ def test_every_pair_gets_its_calibrated_probability(cfg, encoder, tmp_path) -> N
         frozenset(r[:2]): r[2] for r in pairs.select(S.LISTING_A, S.LISTING_B, S.P_SAME).rows()
     }
     assert by_pair[frozenset(("t1", "t2"))] > 0.5 > by_pair[frozenset(("t1", "t3"))]
-    rule = cfg.with_(**{"cluster.verifier": "rule"})
+    rule = cfg.with_(**{"cluster.judge": "rule"})
     cluster.run(rule, cluster.Inputs(catalog()), tmp_path / "rule", encoder=encoder)
     assert pl.read_parquet(tmp_path / "rule" / S.PAIRS_FILE)[S.P_SAME].null_count() == len(pairs)
 
@@ -205,8 +205,8 @@ def test_cluster_command_writes_products(tmp_path, session_cache_dir) -> None:
 
 
 def _judge_every_pair(titles: list[str], brands: list[str | None] | None = None, **knobs):
-    """(nodes, attributes, node pairs, verify's rows) for every pair of distinct titles, on the
-    MinHash path's rule verifier with config ``knobs``."""
+    """(nodes, attributes, node pairs, judge's rows) for every pair of distinct titles, on the
+    MinHash path's rule judge with config ``knobs``."""
     from pairsieve.text import attributes as text
 
     listings = {S.LISTING_ID: [f"x{i:02d}" for i in range(len(titles))], S.TITLE: titles}
@@ -218,12 +218,12 @@ def _judge_every_pair(titles: list[str], brands: list[str | None] | None = None,
     pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
     candidates = pl.DataFrame({"a": pairs[:, 0], "b": pairs[:, 1], S.SIGNAL: "minhash"})
     cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False, **knobs}).cluster
-    context = cluster_verify.judging(cfg, candidates, nodes, attrs, None)
-    return nodes, attrs, pairs, cluster_verify.verify(context, None, candidates)
+    context = cluster_judge.judging(cfg, candidates, nodes, attrs, None)
+    return nodes, attrs, pairs, cluster_judge.judge(context, None, candidates)
 
 
-def test_columnwise_verify_agrees_with_text_checks_pair_by_pair() -> None:
-    """`cluster_verify.verify` evaluates `match.assess` / `match.jaccard` column-wise; every pair
+def test_columnwise_judging_agrees_with_text_checks_pair_by_pair() -> None:
+    """`cluster_judge.judge` evaluates `match.assess` / `match.jaccard` column-wise; every pair
     of a small real-title set (all conflict kinds, codes, brands) must match the per-pair
     functions."""
     from pairsieve.text import match
@@ -497,7 +497,7 @@ def test_combined_candidates_name_every_signal_that_proposed_a_pair() -> None:
     assert candidates.combine_candidates({"code": np.empty(0, np.int64)}).height == 0
 
 
-def test_mapped_search_and_verification_and_chunked_pairs_file_give_the_same_bytes(
+def test_mapped_search_and_judging_and_chunked_pairs_file_give_the_same_bytes(
     cfg, encoder, tmp_path, monkeypatch
 ) -> None:
     """Each mapped span reads its plan from disk, as a worker process would."""
@@ -508,7 +508,7 @@ def test_mapped_search_and_verification_and_chunked_pairs_file_give_the_same_byt
     cluster.run(cfg, cluster.Inputs(frame), tmp_path / "whole", encoder=encoder)
     monkeypatch.setattr(pairs_file, "_CHUNK", 3)
     monkeypatch.setattr(neighbours, "KNN_QUERIES", 4)
-    monkeypatch.setattr(cluster_verify, "_VERIFY_CHUNK", 2)
+    monkeypatch.setattr(cluster_judge, "_JUDGE_CHUNK", 2)
     spans_seen: dict[str, int] = {}
 
     def counted(fn, plan, spans, cfg, step):
@@ -516,7 +516,7 @@ def test_mapped_search_and_verification_and_chunked_pairs_file_give_the_same_byt
         return from_disk(fn, plan, spans, cfg, step)
 
     cluster.run(cfg, cluster.Inputs(frame), tmp_path / "spans", encoder=encoder, map_spans=counted)
-    assert spans_seen[neighbours.STEP] > 1 and spans_seen[cluster_verify.VERIFY_STEP] > 1
+    assert spans_seen[neighbours.STEP] > 1 and spans_seen[cluster_judge.JUDGE_STEP] > 1
     whole = pl.read_parquet(tmp_path / "whole" / S.PAIRS_FILE)
     assert whole.equals(pl.read_parquet(tmp_path / "spans" / S.PAIRS_FILE))
     assert (whole[S.SIGNAL] == "exact").sum() >= 1 and len(whole) > 3  # spans several chunks

@@ -28,7 +28,7 @@ class Recorder:
 def test_a_display_sees_a_step_open_move_and_close() -> None:
     shown = Recorder()
     with progress.shown_by(shown):
-        with progress.step("verifying candidate pairs", 10, "pairs") as counter:
+        with progress.step("judging candidate pairs", 10, "pairs") as counter:
             counter.advance(4)
             counter.advance(6)
         with progress.step("nothing to do", 0, "pairs") as counter:
@@ -36,10 +36,10 @@ def test_a_display_sees_a_step_open_move_and_close() -> None:
     with progress.step("after the block", 5, "rows") as counter:
         counter.advance(5)
     assert shown.events == [
-        ("opened", "verifying candidate pairs", 0, 10),
-        ("moved", "verifying candidate pairs", 4, 10),
-        ("moved", "verifying candidate pairs", 10, 10),
-        ("closed", "verifying candidate pairs", 10, 10),
+        ("opened", "judging candidate pairs", 0, 10),
+        ("moved", "judging candidate pairs", 4, 10),
+        ("moved", "judging candidate pairs", 10, 10),
+        ("closed", "judging candidate pairs", 10, 10),
     ]
 
 

@@ -1,4 +1,4 @@
-"""The learned pair verifier: features against brute-force counts, the shipped model, wiring."""
+"""The learned pair judge: features against brute-force counts, the shipped model, wiring."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import polars as pl
 import pytest
 
 from pairsieve import schemas as S
-from pairsieve.cluster import verify as cluster_verify
+from pairsieve.cluster import judge as cluster_judge
+from pairsieve.cluster.attribute_columns import AttributeColumns
 from pairsieve.config import PairsieveConfig
-from pairsieve.pair_model import model as verifier
+from pairsieve.pair_model import model as pair_model
 from pairsieve.text import attributes as text
 from tests.paths import SAMPLE_DIR
 
@@ -24,19 +25,19 @@ TITLES = [
 ]
 
 
-def _verified(cfg, candidates, nodes, attrs, vectors, features=None):
-    """`verify` of the candidates, judged as the cluster stage judges them."""
-    cosine = None if vectors is None else cluster_verify.pair_cosines(candidates, vectors)
-    context = cluster_verify.judging(cfg, candidates, nodes, attrs, cosine)
-    return cluster_verify.verify(context, cosine, candidates, features)
+def _judged_under(cfg, candidates, nodes, attrs, vectors, features=None):
+    """`judge` of the candidates, judged as the cluster stage judges them."""
+    cosine = None if vectors is None else cluster_judge.pair_cosines(candidates, vectors)
+    context = cluster_judge.judging(cfg, candidates, nodes, attrs, cosine)
+    return cluster_judge.judge(context, cosine, candidates, features)
 
 
 def _features(pairs: list[tuple[int, int]], cosine: list[float]) -> dict[str, np.ndarray]:
     attrs = [text.extract_attributes(text.normalize(t)) for t in TITLES]
-    columns = cluster_verify._AttributeColumns(attrs)
+    columns = AttributeColumns(attrs)
     a = np.array([p[0] for p in pairs], dtype=np.int64)
     b = np.array([p[1] for p in pairs], dtype=np.int64)
-    inputs = verifier.PairInputs(
+    inputs = pair_model.PairInputs(
         a,
         b,
         columns.jaccard(a, b),
@@ -44,7 +45,7 @@ def _features(pairs: list[tuple[int, int]], cosine: list[float]) -> dict[str, np
         ["minhash+embedding"] * len(pairs),
         np.asarray(cosine),
     )
-    return verifier.pair_features(columns.words, columns.weights, columns.has_codes, inputs)
+    return pair_model.pair_features(columns.words, columns.weights, columns.has_codes, inputs)
 
 
 def test_features_match_a_brute_force_count() -> None:
@@ -68,8 +69,8 @@ def test_features_match_a_brute_force_count() -> None:
 
 
 def test_shipped_model_reads_every_feature_it_names() -> None:
-    spec = json.loads(verifier.MODEL_FILE.read_text())
-    model = verifier.load_model()
+    spec = json.loads(pair_model.MODEL_FILE.read_text())
+    model = pair_model.load_model()
     assert model.features == tuple(spec["features"]) and len(model.coef) == len(model.features)
     features = _features([(0, 1), (0, 3)], [0.9, 0.1])
     assert set(model.features) <= set(features)
@@ -78,7 +79,7 @@ def test_shipped_model_reads_every_feature_it_names() -> None:
     assert p[0] > 10 * p[1]  # one camera under two titles vs a camera and a dishwasher
 
 
-def test_verify_accepts_by_probability_and_rule_stays_available() -> None:
+def test_judge_accepts_by_probability_and_rule_stays_available() -> None:
     titles = ["sony alpha a6500 camera body", "sony a6500 camera body black", "sony a6500 body"]
     nodes = pl.DataFrame(
         {
@@ -92,16 +93,16 @@ def test_verify_accepts_by_probability_and_rule_stays_available() -> None:
     vectors = np.eye(3, dtype=np.float32)[[0, 0, 1]]  # pair (0,1) cosine 1, the others 0
     learned = PairsieveConfig().cluster
     features: dict[str, np.ndarray] = {}
-    scored = _verified(learned, candidates, nodes, attrs, vectors, features)
-    p = verifier.load_model().probability(features)
+    scored = _judged_under(learned, candidates, nodes, attrs, vectors, features)
+    p = pair_model.load_model().probability(features)
     assert np.allclose(scored["score"].to_numpy(), p)
     assert (scored[S.ACCEPTED].to_numpy() == (p >= learned.accept_probability)).all()
-    rule = learned.model_copy(update={"verifier": "rule"})
-    by_rule = _verified(rule, candidates, nodes, attrs, vectors)
+    rule = learned.model_copy(update={"judge": "rule"})
+    by_rule = _judged_under(rule, candidates, nodes, attrs, vectors)
     assert np.allclose(by_rule["score"].to_numpy(), [1.0, 0.0, 0.0])
 
 
-def test_verify_in_chunks_judges_every_pair_as_in_one(monkeypatch) -> None:
+def test_judging_in_chunks_judges_every_pair_as_in_one(monkeypatch) -> None:
     """Chunks share the encoded attributes and each title's best cosine over all candidates, so
     the scores, decisions and features do not depend on the chunk size."""
     titles = [
@@ -122,32 +123,32 @@ def test_verify_in_chunks_judges_every_pair_as_in_one(monkeypatch) -> None:
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     cfg = PairsieveConfig().cluster
     whole_features: dict[str, np.ndarray] = {}
-    whole = _verified(cfg, candidates, nodes, attrs, vectors, whole_features)
-    monkeypatch.setattr(cluster_verify, "_VERIFY_CHUNK", 3)
+    whole = _judged_under(cfg, candidates, nodes, attrs, vectors, whole_features)
+    monkeypatch.setattr(cluster_judge, "_JUDGE_CHUNK", 3)
     chunked_features: dict[str, np.ndarray] = {}
-    chunked = _verified(cfg, candidates, nodes, attrs, vectors, chunked_features)
+    chunked = _judged_under(cfg, candidates, nodes, attrs, vectors, chunked_features)
     assert chunked.equals(whole)
     assert set(chunked_features) == set(whole_features)
     for name, column in whole_features.items():
         assert np.array_equal(chunked_features[name], column), name
     assert (whole_features["cosine_gap"] > 0).any()  # the feature that reads all candidates
-    empty = _verified(cfg, candidates.head(0), nodes, attrs, vectors)
+    empty = _judged_under(cfg, candidates.head(0), nodes, attrs, vectors)
     assert empty.height == 0 and empty.columns == whole.columns
 
 
 _FEATURES_DIGEST = """
 import hashlib
 import numpy as np, polars as pl
-from pairsieve.pair_model import model as verifier
-from pairsieve.cluster.verify import _AttributeColumns
+from pairsieve.pair_model import model as pair_model
+from pairsieve.cluster.attribute_columns import AttributeColumns
 from pairsieve.text import attributes as text
 titles = pl.read_parquet("{sample}")["title"].head(300).to_list()
-columns = _AttributeColumns([text.extract_attributes(text.normalize(t)) for t in titles])
+columns = AttributeColumns([text.extract_attributes(text.normalize(t)) for t in titles])
 rng = np.random.default_rng(0)
 a, b = rng.integers(0, 300, 2000), rng.integers(0, 300, 2000)
-pairs = verifier.PairInputs(a, b, columns.jaccard(a, b), np.zeros(2000, bool), ["minhash"] * 2000,
+pairs = pair_model.PairInputs(a, b, columns.jaccard(a, b), np.zeros(2000, bool), ["minhash"] * 2000,
                             rng.random(2000))
-features = verifier.pair_features(columns.words, columns.weights, columns.has_codes, pairs)
+features = pair_model.pair_features(columns.words, columns.weights, columns.has_codes, pairs)
 print(hashlib.sha256(b"".join(np.asarray(features[k], np.float64).tobytes()
                               for k in sorted(features))).hexdigest())
 """
@@ -181,13 +182,13 @@ def test_neighbour_features_count_the_shared_neighbours_of_each_pair() -> None:
     a, b = rng.integers(0, 30, 200), rng.integers(0, 30, 200)
     keep = a != b
     a, b = a[keep], b[keep]
-    graph = verifier.neighbour_graph(32, a, b)
+    graph = pair_model.neighbour_graph(32, a, b)
     around: dict[int, set[int]] = {i: set() for i in range(32)}
     for x, y in zip(a.tolist(), b.tolist(), strict=True):
         around[x].add(y)
         around[y].add(x)
     ask_a, ask_b = np.array([*a[:50], 30]), np.array([*b[:50], 31])
-    found = verifier.neighbour_features(graph, ask_a, ask_b)
+    found = pair_model.neighbour_features(graph, ask_a, ask_b)
     for i, (x, y) in enumerate(zip(ask_a.tolist(), ask_b.tolist(), strict=True)):
         shared, union = around[x] & around[y], around[x] | around[y]
         assert found["neighbours_shared"][i] == pytest.approx(np.log1p(len(shared)))

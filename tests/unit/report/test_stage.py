@@ -193,7 +193,7 @@ def test_duplicates_figures(built):
 
 def test_judgement_figures_from_a_scanned_pair_file(tmp_path):
     """The mean p_same of merged and of kept-apart judged pairs (exact pairs left out), counted
-    from the file by a streaming query; pairs without any p_same (the rule verifier) add none."""
+    from the file by a streaming query; pairs without any p_same (the rule judge) add none."""
     pairs = pl.DataFrame(
         {
             S.SIGNAL: ["knn", "knn", "minhash", "exact", "knn"],

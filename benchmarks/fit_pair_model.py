@@ -6,10 +6,10 @@ Logistic regression (scikit-learn, L2, C=1) on standardised features, stored uns
 
 Generalisation checks, printed as markdown:
 - category split: fit the coefficients and pick (accept_probability, link_threshold) on five
-  PriceRunner categories, measure on the other five, both ways, beside the rule verifier;
+  PriceRunner categories, measure on the other five, both ways, beside the rule judge;
 - zero-shot: the model fitted on all of PriceRunner, applied unchanged to Abt-Buy.
 
-Usage: python benchmarks/fit_verifier.py --data-root /work/shared/data [--write]
+Usage: python benchmarks/fit_pair_model.py --data-root /work/shared/data [--write]
 (without --write the shipped model.json is left untouched; the measurement always runs).
 """
 
@@ -24,12 +24,12 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
+from pairsieve.cluster import judge as cluster_judge
 from pairsieve.cluster import linkage
 from pairsieve.cluster import stage as cluster
-from pairsieve.cluster import verify as cluster_verify
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.scoring import score
-from pairsieve.pair_model import model as verifier
+from pairsieve.pair_model import model as pair_model
 
 HALF_A = ("Mobile Phones", "TVs", "CPUs", "Digital Cameras", "Microwaves")
 PROBABILITIES = (0.3, 0.4, 0.5)
@@ -134,7 +134,7 @@ class Run:
         return score(listing.tolist(), truth.tolist(), source)
 
     def rule_scores(self, mask: np.ndarray | None = None):
-        """Scores of the rule verifier's clusters (this run was made with it)."""
+        """Scores of the rule judge's clusters (this run was made with it)."""
         return self._score(np.asarray(self.result.listing_labels(), dtype=object), mask)
 
 
@@ -154,7 +154,7 @@ def _majority(nodes: np.ndarray, values: list) -> np.ndarray:
 
 def fit(
     x: np.ndarray, y: np.ndarray, names: tuple[str, ...], weight: np.ndarray | None = None
-) -> verifier.PairModel:
+) -> pair_model.PairModel:
     """L2 logistic regression on standardised features (rows weighted by ``weight``), returned
     on the raw feature scale."""
     from sklearn.linear_model import LogisticRegression
@@ -165,7 +165,7 @@ def fit(
     model.fit(scaler.transform(x), y, sample_weight=weight)
     coef = model.coef_[0] / scaler.scale_
     intercept = float(model.intercept_[0] - np.sum(coef * scaler.mean_))
-    return verifier.PairModel(names, coef, intercept)
+    return pair_model.PairModel(names, coef, intercept)
 
 
 def fit_run(run: Run, names: tuple[str, ...], pairs: np.ndarray | None = None):
@@ -182,7 +182,7 @@ def _row(s) -> str:
 
 def category_split(run: Run, names: tuple[str, ...]) -> list[str]:
     """Markdown rows: fit on one half of the categories (coefficients, accept_probability and
-    link_threshold), measure on the other half, beside the rule verifier on that half."""
+    link_threshold), measure on the other half, beside the rule judge on that half."""
     rows = []
     for fit_half, other in (("A", "B"), ("B", "A")):
         pair_half = (run.category == "True") if fit_half == "A" else (run.category == "False")
@@ -210,11 +210,11 @@ def main() -> None:
     from pairsieve.datasets import abtbuy, pricerunner
 
     base = PairsieveConfig()
-    rule = base.with_(**{"cluster.verifier": "rule"})
+    rule = base.with_(**{"cluster.judge": "rule"})
     pr = pricerunner.load_catalog(args.data_root)
     ab = abtbuy.load_catalog(args.data_root)
     lines = [
-        "| fit on | measured on | verifier (accept_p, link) | pair P | pair R | pair F1 "
+        "| fit on | measured on | judge (accept_p, link) | pair P | pair R | pair F1 "
         "| B3 P | B3 R | B3 F1 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -226,22 +226,22 @@ def main() -> None:
     print("\n".join([*lines, *category_split(run_pr, names)]))
     p_ab = model.probability(run_ab.features)
     ab_learned = run_ab.scores(
-        p_ab, base.cluster.accept_probability, cluster_verify.resolved_link_threshold(base.cluster)
+        p_ab, base.cluster.accept_probability, cluster_judge.resolved_link_threshold(base.cluster)
     )
     print(f"| PriceRunner (all) | Abt-Buy | learned (defaults) | {_row(ab_learned)} |")
     print(f"| - | Abt-Buy | rule (defaults) | {_row(run_ab.rule_scores())} |")
     if args.write:
         doc = {
             "description": "Logistic regression P(same product) per candidate pair on raw "
-            "features; refit by benchmarks/fit_verifier.py on PriceRunner candidate pairs "
+            "features; refit by benchmarks/fit_pair_model.py on PriceRunner candidate pairs "
             "(attribute-vetoed pairs excluded), L2 C=1 on standardised features.",
             "features": list(model.features),
             "coef": [round(float(c), 6) for c in model.coef],
             "intercept": round(model.intercept, 6),
             "fitted_pairs": int((~run_pr.vetoed).sum()),
         }
-        verifier.MODEL_FILE.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {verifier.MODEL_FILE}")
+        pair_model.MODEL_FILE.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {pair_model.MODEL_FILE}")
 
 
 if __name__ == "__main__":
