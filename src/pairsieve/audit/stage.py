@@ -43,12 +43,9 @@ from pairsieve.labels.pairs import ROWS
 from pairsieve.labels.store import answered
 from pairsieve.pair_model.calibration import load_calibration, mean_with_interval
 from pairsieve.report import sections as R
-from pairsieve.report.stage import (
-    REPORT_SCHEMA_VERSION,
-    padded,
-    recommendations_section,
-    write_report,
-)
+from pairsieve.report.duplicates import duplicates_section
+from pairsieve.report.recommendations import recommendations_section
+from pairsieve.report.stage import REPORT_SCHEMA_VERSION, padded, write_report
 from pairsieve.report.temperature import temperature_section
 
 log = logging.getLogger(__name__)
@@ -389,7 +386,7 @@ def build_report(  # noqa: PLR0913 - the audit's inputs, already read
         "subtitle": f"dataset {dataset}",
         "false_negative_rate": audit["figures"]["false_negative_rate"],
         "audit": audit,
-        "duplicates": R.duplicates_section(
+        "duplicates": duplicates_section(
             pl.read_parquet(work_dir / S.PRODUCTS_FILE),
             listings.select(S.LISTING_ID, S.TITLE),
             pl.scan_parquet(work_dir / S.PAIRS_FILE),

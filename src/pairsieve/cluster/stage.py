@@ -457,13 +457,7 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
     calibration = load_calibration() if uses_pair_model(cfg.cluster) else None
     pairs_file.write_pairs(result, calibration, out_dir / S.PAIRS_FILE)
     del result
-    sizes = products.group_by(S.PRODUCT_ID).len()
-    details = {
-        **found,
-        "products": len(sizes),
-        "largest_cluster": int(sizes["len"].max()) if len(sizes) else 0,
-        "methods": dict(sorted(products[S.METHOD].value_counts().iter_rows())),
-    }
+    details = {**found, **_product_counts(products)}
     result = StageResult(
         stage="cluster",
         rows_in=len(frame),
@@ -473,3 +467,13 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
         details=details,
     )
     return lineage.record(result, out_dir, previous_build)
+
+
+def _product_counts(products: pl.DataFrame) -> dict[str, object]:
+    """How many products, the largest one's listings, and listings per clustering method."""
+    sizes = products.group_by(S.PRODUCT_ID).len()
+    return {
+        "products": len(sizes),
+        "largest_cluster": int(sizes["len"].max()) if len(sizes) else 0,
+        "methods": dict(sorted(products[S.METHOD].value_counts().iter_rows())),
+    }

@@ -280,11 +280,7 @@ def derive_clicks(
     model = model or ClickModel()
     products, listing_ids = product_table(catalog, truth_column)
     keys = seeded_keys(products[truth_column].to_list(), seed)
-    weight = np.minimum(uniform(keys, 100) ** -model.zipf_exponent, model.max_popularity)
-    mean = (
-        queries_per_product * weight / _mean_popularity(model.zipf_exponent, model.max_popularity)
-    )
-    n_sessions = geometric(mean, uniform(keys, 101))
+    n_sessions = _session_counts(keys, model, queries_per_product)
     n_variants = np.minimum(model.max_variants, 1 + np.floor(np.log2(1 + n_sessions)))
     product, j = expand(n_sessions)
     skeys = subkeys(keys[product], j)
@@ -314,12 +310,19 @@ def derive_clicks(
     )
     clicks = _aggregate(events)
     log.info(
-        "derived %d click rows (%d clicks in %d search sessions)",
-        clicks.height,
-        events.height,
-        skeys.size,
+        "derived %d click rows (%d clicks in %d sessions)", clicks.height, events.height, skeys.size
     )
     return clicks
+
+
+def _session_counts(keys: np.ndarray, model: ClickModel, queries_per_product: float) -> np.ndarray:
+    """(n,) search sessions of each product: geometric around its Zipf popularity, scaled so the
+    mean over products is ``queries_per_product``."""
+    weight = np.minimum(uniform(keys, 100) ** -model.zipf_exponent, model.max_popularity)
+    mean = (
+        queries_per_product * weight / _mean_popularity(model.zipf_exponent, model.max_popularity)
+    )
+    return geometric(mean, uniform(keys, 101))
 
 
 def _queries(

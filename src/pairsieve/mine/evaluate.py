@@ -177,17 +177,12 @@ def evaluate(
             continue
         mine_cfg = with_margin if use_margin else no_margin
         mined = deepen.mine_pairs(retrieval, positives, maps[product_map], mine_cfg, cfg.seed)
+        summary = mine.summarise(mined.counts, positives, mined.kept, mined.reasons, mine_cfg)
         variants[name] = {
             "products": product_map,
             "margin": use_margin,
             **variant_metrics(mined.kept, positives, maps["truth"], cfg.mine.num_negatives),
-            "dropped_by_reason": mine.summarise(
-                mined.counts,
-                positives,
-                mined.kept,
-                mined.reasons,
-                mine_cfg,
-            )["dropped_by_reason"],
+            "dropped_by_reason": summary["dropped_by_reason"],
             "retrieval_rounds": mined.rounds,
         }
         log.info(

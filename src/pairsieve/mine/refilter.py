@@ -40,6 +40,24 @@ class Refiltered:
     partitions: int = 1  # the map's, when mapped
 
 
+def _ceiling_dropped(state: PreviousMining, positives: pl.DataFrame) -> pl.Series:
+    """The queries of ``positives`` with a new click that scores below their weakest old one:
+    their margin's ceiling fell, so mining would look further than the previous build did."""
+    before = state.pairs.select(
+        S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID), pl.lit(True).alias("_old")
+    )
+    is_old = pl.col("_old").fill_null(False)
+    weakest = (
+        positives.join(before, on=[S.QUERY, S.POSITIVE_LISTING_ID], how="left")
+        .group_by(S.QUERY)
+        .agg(
+            pl.col(S.POSITIVE_SCORE).filter(is_old).min().alias("_old"),
+            pl.col(S.POSITIVE_SCORE).filter(~is_old).min().alias("_new"),
+        )
+    )
+    return weakest.filter(pl.col("_new") < pl.col("_old"))[S.QUERY]
+
+
 def refilter(
     state: PreviousMining,
     queries: pl.Series,
@@ -56,19 +74,7 @@ def refilter(
     search deeper than the previous build did."""
     names = queries.sort()
     pos = positives.filter(pl.col(S.QUERY).is_in(names.implode()))
-    before = state.pairs.select(
-        S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID), pl.lit(True).alias("_old")
-    )
-    is_old = pl.col("_old").fill_null(False)
-    weakest = (
-        pos.join(before, on=[S.QUERY, S.POSITIVE_LISTING_ID], how="left")
-        .group_by(S.QUERY)
-        .agg(
-            pl.col(S.POSITIVE_SCORE).filter(is_old).min().alias("_old"),
-            pl.col(S.POSITIVE_SCORE).filter(~is_old).min().alias("_new"),
-        )
-    )
-    dropped_ceiling = weakest.filter(pl.col("_new") < pl.col("_old"))[S.QUERY].implode()
+    dropped_ceiling = _ceiling_dropped(state, pos).implode()
     ceilings = pl.DataFrame(
         {S.QUERY: names, "_ceiling": score_ceilings(pos, names, cfg.mine)},
         schema={S.QUERY: pl.String, "_ceiling": pl.Float64},

@@ -217,14 +217,20 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
     if previous is not None:
         details["incremental"] = _incremental(plan, refiltered, to_mine)
     outside = time.perf_counter() - started - retrieval.info["index_s"] - mapped["wall_s"]
-    timings = {  # search and filter: summed over the partitions, plus refilter and reuse here
-        "embed_s": embed_stats["embed_s"],
-        "index_s": round(retrieval.info["index_s"], 3),
+    timings = _timings(embed_stats["embed_s"], retrieval.info["index_s"], mapped, outside)
+    return _Rows(counts, kept, dropped, reasons, timings, details, layout)
+
+
+def _timings(embed_s: float, index_s: float, mapped: dict[str, float], outside: float) -> dict:
+    """The stage's seconds: search and filter summed over the partitions, and the refilter and
+    reuse done here (``outside`` the partitions) counted as filtering."""
+    return {
+        "embed_s": embed_s,
+        "index_s": round(index_s, 3),
         "search_s": round(mapped["search_s"], 3),
         "filter_s": round(mapped["filter_s"] + outside, 3),
         "mine_wall_s": round(mapped["wall_s"], 3),
     }
-    return _Rows(counts, kept, dropped, reasons, timings, details, layout)
 
 
 _DENSITY_SAMPLE = 512  # queries whose exact top candidates estimate the copy density
@@ -312,6 +318,21 @@ _ROWS_IN_MEANS = (
 )
 
 
+def _read_inputs(inputs: Inputs) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(distinct clicked (query, listing) pairs, listings, products) of the stage's inputs.
+
+    Raises:
+        PairsieveError: ``missing_file``, ``missing_column`` or ``unknown_listing``.
+    """
+    clicks = read_source(inputs.clicks, "clicks", (S.QUERY, S.LISTING_ID))
+    listings = read_source(inputs.listings, "listings", (S.LISTING_ID, S.TITLE))
+    products = read_source(inputs.products, "products", (S.LISTING_ID, S.PRODUCT_ID))
+    pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
+    clicks_name = "clicks" if isinstance(inputs.clicks, pl.DataFrame) else str(inputs.clicks)
+    _check_known(pairs, listings, clicks_name)
+    return pairs, listings, products
+
+
 def run(
     cfg: PairsieveConfig,
     inputs: Inputs,
@@ -332,12 +353,7 @@ def run(
     Raises:
         PairsieveError: ``missing_file``, ``missing_column`` or ``unknown_listing``.
     """
-    clicks_df = read_source(inputs.clicks, "clicks", (S.QUERY, S.LISTING_ID))
-    listings_df = read_source(inputs.listings, "listings", (S.LISTING_ID, S.TITLE))
-    products_df = read_source(inputs.products, "products", (S.LISTING_ID, S.PRODUCT_ID))
-    pairs = clicks_df.select(S.QUERY, S.LISTING_ID).unique()
-    clicks_name = "clicks" if isinstance(inputs.clicks, pl.DataFrame) else str(inputs.clicks)
-    _check_known(pairs, listings_df, clicks_name)
+    pairs, listings_df, products_df = _read_inputs(inputs)
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     out_dir = Path(out_dir)
     spill = out_dir / _SPILL

@@ -21,8 +21,8 @@ from pairsieve.core.hashing import label_int
 from pairsieve.core.layout import RunLayout
 from pairsieve.report import html as report_html
 from pairsieve.report import impact, wording
-from pairsieve.report import sections as R
 from pairsieve.report import stage as report
+from pairsieve.report.duplicates import duplicates_section
 from tests.paths import SAMPLE_DIR
 from tests.unit.report.test_wording import unlabelled
 
@@ -206,13 +206,13 @@ def test_judgement_figures_from_a_scanned_pair_file(tmp_path):
     io.write_parquet(pairs, path)
     products = _products(3)
     titles = products.select(S.LISTING_ID, S.TITLE)
-    figures = R.duplicates_section(products, titles, pl.scan_parquet(path))["figures"]
+    figures = duplicates_section(products, titles, pl.scan_parquet(path))["figures"]
     assert figures["mean_p_same_accepted"] == pytest.approx(0.8, abs=1e-6)
     assert figures["mean_p_same_rejected"] == pytest.approx(0.15, abs=1e-6)
     assert (figures["candidate_pairs"], figures["accepted_pairs"]) == (5, 3)
     assert figures["vetoed_pairs"] == 2
     io.write_parquet(pairs.with_columns(pl.lit(None, pl.Float32).alias(S.P_SAME)), path)
-    figures = R.duplicates_section(products, titles, pl.scan_parquet(path))["figures"]
+    figures = duplicates_section(products, titles, pl.scan_parquet(path))["figures"]
     assert "mean_p_same_accepted" not in figures
     assert figures["candidate_pairs"] == 5
 
