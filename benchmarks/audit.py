@@ -37,6 +37,7 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.audit import stage as audit
+from pairsieve.audit.dataset import read_dataset
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog, pricerunner
 from pairsieve.orchestration import steps
@@ -135,7 +136,7 @@ def pairsieve_build(cfg: PairsieveConfig, catalog: Path, clicks: Path, run_dir: 
 
 def truth_rate(dataset: Path, catalog: Path) -> float:
     """Share of negatives whose ground-truth product is the positive's (titles -> truth ids)."""
-    data, _ = audit.read_dataset(dataset)
+    data, _ = read_dataset(dataset)
     truth = (
         pl.read_parquet(catalog)
         .sort(S.LISTING_ID)

@@ -4,6 +4,8 @@ back through others. Every import counts, including the ones inside functions.""
 from __future__ import annotations
 
 import ast
+import itertools
+import re
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,39 @@ def test_the_stage_check_sees_a_planted_crossing(graph):
     assert stage_crossings(planted) - stage_crossings(graph) == {
         ("pairsieve.shards.x", "pairsieve.cluster.stage")
     }
+
+
+def modules_in_tree(page: str) -> set[str]:
+    """The modules the tree on docs/architecture.md names, as paths under src/pairsieve: a
+    top-level entry, or a package's child (several on one line when they share a description)."""
+    named, package = set(), None
+    for line in page.splitlines():
+        found = re.match(r"^([│ ]*)[├└]── (.*)$", line)
+        if not found:
+            continue
+        depth, words = len(found.group(1)) // 4, found.group(2).split()
+        files = list(itertools.takewhile(lambda w: w.endswith(".py"), words))
+        if depth == 0:
+            package = words[0].rstrip("/") if words[0].endswith("/") else None
+            named.update(files)
+        elif depth == 1 and package:
+            named.update(f"{package}/{name}" for name in files)
+    return named
+
+
+def test_the_architecture_page_names_every_module_and_no_other():
+    page = (REPO / "docs" / "architecture.md").read_text()
+    modules = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py"
+    }
+    named = modules_in_tree(page)
+    assert sorted(modules - named) == [], "modules missing from docs/architecture.md's tree"
+    assert sorted(named - modules) == [], "docs/architecture.md names modules that do not exist"
+
+
+def test_the_tree_reader_sees_a_missing_module():
+    page = "├── cli/   the command line\n│   ├── app.py   the app\n├── errors.py   errors\n"
+    assert modules_in_tree(page) == {"cli/app.py", "errors.py"}
+    assert "cli/experiment.py" not in modules_in_tree(page)

@@ -29,7 +29,6 @@ import pyarrow.parquet as pq
 from pairsieve import schemas as S
 from pairsieve.core.io import PARQUET_OPTIONS, atomic_path
 from pairsieve.datasets.clicklog import (
-    COLOURS,
     ClickModel,
     derive_clicks,
     expand,
@@ -38,7 +37,7 @@ from pairsieve.datasets.clicklog import (
     typo,
     uniform,
 )
-from pairsieve.datasets.synth_vocab import CATEGORIES, REGIONS, SIZE_FORMS
+from pairsieve.datasets.synth_vocab import REGIONS, build_tables
 from pairsieve.errors import PairsieveError
 
 log = logging.getLogger(__name__)
@@ -58,77 +57,7 @@ CASE_CDF = np.array([0.6, 0.9, 1.0])  # as written, lower case (PriceRunner styl
 TEMPLATE_CDF = np.cumsum([0.3, 0.12, 0.1, 0.1, 0.08, 0.1, 0.08, 0.07, 0.05])
 
 
-@dataclass(frozen=True)
-class _Tables:
-    """The vocabulary flattened into lookup series, so per-row fields are vectorised gathers."""
-
-    line_cat: np.ndarray
-    line_first_gen: np.ndarray
-    cat_tiers: np.ndarray
-    cat_sizes: np.ndarray
-    cat_colours: np.ndarray
-    cat_words: np.ndarray
-    tier_offset: np.ndarray
-    size_offset: np.ndarray
-    word_offset: np.ndarray
-    cat_price: np.ndarray
-    cat_glue: np.ndarray
-    strings: dict[str, pl.Series] = field(default_factory=dict)
-
-
-def _size_text(form: str, value: int) -> str:
-    return form.format(v=value, c=round(value * 2.54))
-
-
-def _build_tables() -> _Tables:
-    lines = [(c, *line) for c, cat in enumerate(CATEGORIES) for line in cat.lines]
-    sizes = [cat.sizes or (None,) for cat in CATEGORIES]
-    colour_names = list(COLOURS)
-    strings = {
-        "brand": [brand for _, brand, _, _, _ in lines],
-        "model_head": [pattern.split("{g}")[0] for _, _, pattern, _, _ in lines],
-        "model_tail": [pattern.split("{g}")[1] for _, _, pattern, _, _ in lines],
-        "code": [code for *_, code in lines],
-        "category": [cat.label for cat in CATEGORIES],
-        "tier": [tier or None for cat in CATEGORIES for tier in cat.tiers],
-        "tier_letter": ["ABCDEFGH"[i] for cat in CATEGORIES for i in range(len(cat.tiers))],
-        # size forms: row (global size index) * 4 + style
-        "size": [
-            None if v is None else _size_text(SIZE_FORMS[cat.unit][style], v)
-            for cat, values in zip(CATEGORIES, sizes, strict=True)
-            for v in values
-            for style in range(4)
-        ],
-        # colour forms: colour * 4 + language (English, German, French, Swedish)
-        "colour": [
-            name.capitalize() if lang == 0 else COLOURS[name][lang - 1].capitalize()
-            for name in colour_names
-            for lang in range(4)
-        ],
-        "word": [w for cat in CATEGORIES for w in cat.words],
-        "region": list(REGIONS),
-    }
-
-    def offsets(counts: list[int]) -> np.ndarray:
-        return np.cumsum([0, *counts[:-1]]).astype(np.int64)
-
-    return _Tables(
-        line_cat=np.array([c for c, *_ in lines], dtype=np.int64),
-        line_first_gen=np.array([g for _, _, _, g, _ in lines], dtype=np.int64),
-        cat_tiers=np.array([len(c.tiers) for c in CATEGORIES], dtype=np.int64),
-        cat_sizes=np.array([len(v) for v in sizes], dtype=np.int64),
-        cat_colours=np.array([c.n_colours for c in CATEGORIES], dtype=np.int64),
-        cat_words=np.array([len(c.words) for c in CATEGORIES], dtype=np.int64),
-        tier_offset=offsets([len(c.tiers) for c in CATEGORIES]),
-        size_offset=offsets([len(v) for v in sizes]),
-        word_offset=offsets([len(c.words) for c in CATEGORIES]),
-        cat_price=np.array([c.price for c in CATEGORIES]),
-        cat_glue=np.array([c.glue_tier for c in CATEGORIES]),
-        strings={k: pl.Series(k, v, dtype=pl.String) for k, v in strings.items()},
-    )
-
-
-_T = _build_tables()
+_T = build_tables()
 
 
 def _gather(table: str, index: np.ndarray) -> pl.Series:

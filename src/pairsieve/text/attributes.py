@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
+from pairsieve.text.vocabulary import COLOUR_WORDS, GENERATION_WORDS, VARIANT_WORDS
+
 # Units whose spelling varies between sellers ("64 GB", "64gb", "64-gb"): glued to their number.
 UNITS = (
     "tb|gb|mb|kb|mah|wh|mp|mpx|ghz|mhz|hz|w|kw|v|mm|cm|m|l|ml|kg|g|in|inch|mbps|gbps|rpm|db|k|p|x"
@@ -154,87 +156,6 @@ _MIXED_PART = re.compile(r"^(?=.*[a-z])(?=.*\d)")
 _REGION_SUFFIX = re.compile(r"\b([a-z]*\d[a-z0-9]*)/[a-z0-9]{1,3}\b")
 # "s8+" is "s8 plus"; a trailing "+" on a word is a variant marker, not punctuation.
 _PLUS = re.compile(r"(?<=[a-z0-9])\+")
-
-# Variant words name a different product without any digit ("plus", "xs", "max",
-# "mark ii", roman numerals). General product vocabulary, not tuned to one data set.
-VARIANT_WORDS = frozenset(
-    {
-        "plus",
-        "pro",
-        "max",
-        "mini",
-        "lite",
-        "ultra",
-        "xs",
-        "xr",
-        "xl",
-        "se",
-        "neo",
-        "edge",
-        "note",
-        "prime",
-        "air",
-        "duo",
-        "go",
-    }
-)
-# Generation markers ("mark ii", roman numerals) separate products even under one model code
-# ("rx100 iv" vs "rx100 vi", "lx100" vs "lx100 mark ii").
-GENERATION_WORDS = frozenset(
-    {"mark", "mk", "ii", "iii", "iv", "vi", "vii", "viii", "ix", "xi", "xii"}
-)
-# Colour words (and common German/French spellings) are variants of one product in some
-# categories and separate SKUs in others, so they neither veto nor count towards Jaccard.
-COLOUR_WORDS = frozenset(
-    {
-        "black",
-        "white",
-        "silver",
-        "grey",
-        "gray",
-        "gold",
-        "rose",
-        "red",
-        "blue",
-        "green",
-        "pink",
-        "purple",
-        "yellow",
-        "orange",
-        "brown",
-        "bronze",
-        "graphite",
-        "midnight",
-        "space",
-        "titanium",
-        "champagne",
-        "cream",
-        "beige",
-        "inox",
-        "stainless",
-        "steel",
-        "chrome",
-        "schwarz",
-        "weiss",
-        "weiß",
-        "silber",
-        "grau",
-        "spacegrau",
-        "blau",
-        "rot",
-        "noir",
-        "blanc",
-        "argent",
-        "gris",
-        "or",
-        "rosegold",
-        "jet",
-        "matte",
-        "glossy",
-        "anthracite",
-        "aluminium",
-    }
-)
 
 
 def _join_mixed_group(match: re.Match[str]) -> str:

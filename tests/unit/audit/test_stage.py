@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from pairsieve import schemas as S
 from pairsieve.audit import stage as audit
+from pairsieve.audit.dataset import read_dataset
 from pairsieve.cli import app
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError
@@ -137,11 +138,11 @@ def test_missing_columns_name_file_and_column(tmp_path):
     path = tmp_path / "bad.parquet"
     pl.DataFrame({S.ANCHOR: ["q"], S.POSITIVE: ["p"]}).write_parquet(path)
     with pytest.raises(PairsieveError) as err:
-        audit.read_dataset(path)
+        read_dataset(path)
     assert err.value.column == "negative_1" and str(path) in str(err.value)
     pl.DataFrame({"text": ["q"]}).write_parquet(path)
     with pytest.raises(PairsieveError, match="FlagEmbedding"):
-        audit.read_dataset(path)
+        read_dataset(path)
 
 
 def test_rows_without_texts_are_counted(tmp_path):
@@ -149,7 +150,7 @@ def test_rows_without_texts_are_counted(tmp_path):
     pl.DataFrame(
         {S.ANCHOR: ["q", None, "r"], S.POSITIVE: ["p", "p", "s"], "negative": ["n", "n", None]}
     ).write_parquet(path)
-    data, dropped = audit.read_dataset(path)
+    data, dropped = read_dataset(path)
     assert data.height == 1
     assert dropped == {"missing_anchor_or_positive": 1, "no_negatives": 1}
 

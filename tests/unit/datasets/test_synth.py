@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from pairsieve import schemas as S
 from pairsieve.cli import app
 from pairsieve.core.io import sha256_file
-from pairsieve.datasets import synth
+from pairsieve.datasets import synth, synth_vocab
 from pairsieve.datasets.clicklog import COLOUR_WORDS
 from pairsieve.errors import PairsieveError
 from tests.paths import SAMPLE_DIR
@@ -68,7 +68,7 @@ def test_catalog_contract_and_sellers(market):
     # a seller lists a product once; ids do not give the product away
     assert not catalog.select(S.TRUE_PRODUCT_ID, S.SELLER_ID).is_duplicated().any()
     assert catalog[S.LISTING_ID].str.contains(r"^L\d{13}$").all()
-    assert catalog[S.CATEGORY].n_unique() == len(synth.CATEGORIES)
+    assert catalog[S.CATEGORY].n_unique() == len(synth_vocab.CATEGORIES)
 
 
 def _name_tokens(name: str) -> list[str]:
