@@ -56,6 +56,7 @@ ACCEPTED = "accepted"
 VETO_REASON = "veto_reason"
 LINK_SCORE = "link_score"  # pairs.parquet: the judge's score that average linkage sums
 P_SAME = "p_same"  # pairs.parquet: calibrated probability that the two are one product
+P_COPY = "p_copy"  # negatives_judgement.parquet: probability a negative is the positive's product
 
 # --- mine outputs --------------------------------------------------------------------------------
 POSITIVE_LISTING_ID = "positive_listing_id"
@@ -93,6 +94,8 @@ ID_CHANGES_FILE = "id_changes.parquet"
 CHANGE = "change"  # id_changes.parquet: new, merged, split or removed
 NEGATIVES_FILE = "negatives.parquet"
 NEGATIVES_DROPPED_FILE = "negatives_dropped.parquet"
+# mine/: the kept negatives whose candidate the judgement decided, with their p_copy
+NEGATIVES_JUDGEMENT_FILE = "negatives_judgement.parquet"
 MANIFEST_FILE = "manifest.json"
 TRAIN_PREFIX = "train"  # shard file name prefixes
 EVAL_PREFIX = "eval"

@@ -305,7 +305,7 @@ def _check_nothing_to_mine(cfg, build: Path) -> None:
     never = cfg.with_(**{"mine.refresh_builds": 10_000})
     result = mine.run(never, inputs, build / "again", previous=(state, 1))
     assert result.details["incremental"]["queries_mined"] == 0
-    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE, S.NEGATIVES_JUDGEMENT_FILE):
         assert pl.read_parquet(build / "again" / name).equals(
             pl.read_parquet(build / "mine" / name)
         )
@@ -428,7 +428,7 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
         _check_same_mining(folder / "after", folder / "full", plan.refiltered)
         # The reused rows stream from the previous file into the new one: the same bytes again.
         mine.run(day, inputs, folder / "again", previous=(state, 1))
-        for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+        for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE, S.NEGATIVES_JUDGEMENT_FILE):
             again, after = (io.sha256_file(folder / run / name) for run in ("again", "after"))
             assert again == after
 
@@ -528,13 +528,15 @@ def _runner_cfg(cache_dir: Path, runner: str, cluster, **overrides):
 
 
 def _output_hashes(build: Path) -> dict[str, str]:
-    """sha256 of the build's products, id changes, negatives (kept and dropped) and shards."""
+    """sha256 of the build's products, id changes, negatives (kept, dropped and judged) and
+    shards."""
     layout = RunLayout(build)
     files = {
         "products": layout.products,
         "id_changes": layout.id_changes,
         "negatives": layout.negatives,
         "negatives_dropped": layout.negatives_dropped,
+        "negatives_judgement": layout.negatives_judgement,
     }
     return _shard_hashes(build) | {name: io.sha256_file(path) for name, path in files.items()}
 

@@ -58,6 +58,7 @@ class RunLayout:
     id_changes = _Artifact("cluster", S.ID_CHANGES_FILE)
     negatives = _Artifact("mine", S.NEGATIVES_FILE)
     negatives_dropped = _Artifact("mine", S.NEGATIVES_DROPPED_FILE)
+    negatives_judgement = _Artifact("mine", S.NEGATIVES_JUDGEMENT_FILE)
     shards = _Artifact("shards")
     train_shards = _Artifact("shards", f"{S.TRAIN_PREFIX}-*.parquet")  # a glob
     manifest = _Artifact("shards", S.MANIFEST_FILE)

@@ -116,9 +116,6 @@ def _attributes_of(titles: pl.DataFrame, ids: pl.Series) -> dict[str, text.Attri
     return {key: text.extract_attributes(found.get(key, "")) for key in distinct.to_list()}
 
 
-P_COPY = "p_copy"  # a judged candidate's probability of being the positive's product
-
-
 def _judged(
     table: pl.DataFrame, inside: pl.Expr, titles: pl.DataFrame, cfg: MineConfig
 ) -> pl.Series:
@@ -147,7 +144,7 @@ def _judged(
     p[judged["_row"].to_numpy()] = judgement.load_copy_model(cfg.copy_model).probability(
         features, density
     )
-    return pl.Series(P_COPY, p, dtype=pl.Float64).fill_nan(None)
+    return pl.Series(S.P_COPY, p, dtype=pl.Float64).fill_nan(None)
 
 
 def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
@@ -162,9 +159,9 @@ def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
         .then(pl.lit("other_positive"))
         .when(pl.col("_pos_product").fill_null(False))
         .then(pl.lit("same_product"))
-        .when(inside & (pl.col(P_COPY) >= model.drop_above).fill_null(False))
+        .when(inside & (pl.col(S.P_COPY) >= model.drop_above).fill_null(False))
         .then(pl.lit("judged_copy"))
-        .when(inside & ~(pl.col(P_COPY) <= model.keep_below).fill_null(False))
+        .when(inside & ~(pl.col(S.P_COPY) <= model.keep_below).fill_null(False))
         .then(pl.lit("margin"))
         .when(score > (cfg.max_score if cfg.max_score is not None else float("inf")))
         .then(pl.lit("max_score"))
@@ -237,8 +234,8 @@ def judged_rows(
     the judgement decided, as `filter_candidates` judges them (before the selection steps, so a
     kept one may still lose to `product_repeat` or the sample). ``products`` with title_norm."""
     stamped = _stamp_filters(candidates, positives, products, cfg, products)
-    return stamped.filter(pl.col(P_COPY).is_not_null()).select(
-        S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.SCORE, P_COPY, S.REASON
+    return stamped.filter(pl.col(S.P_COPY).is_not_null()).select(
+        S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.SCORE, S.P_COPY, S.REASON
     )
 
 
@@ -257,7 +254,7 @@ def _stamp_filters(
     if cfg.judge_margin and titles is not None:
         table = table.with_columns(_judged(table, inside, titles, cfg))
     else:
-        table = table.with_columns(pl.lit(None, pl.Float64).alias(P_COPY))
+        table = table.with_columns(pl.lit(None, pl.Float64).alias(S.P_COPY))
     return table.with_columns(_first_reason(inside, cfg).alias(S.REASON)).drop(
         "_limit", "_clicked", "_pos_product"
     )

@@ -59,6 +59,7 @@ from pairsieve.mine import partitions
 from pairsieve.mine.deepen import COUNT, Mined
 from pairsieve.mine.filters import REASONS, density_counts
 from pairsieve.mine.judgement import smoothed_density
+from pairsieve.mine.kept_judgement import kept_judgement
 from pairsieve.mine.refilter import Refiltered, refilter_mapped, with_reused
 from pairsieve.mine.retrieval import Embedded, build_retrieval, embed_inputs, positive_table
 from pairsieve.mine.reuse import PreviousMining, ReusePlan
@@ -163,6 +164,7 @@ class _Rows:
     timings: dict[str, float]
     details: dict[str, Any]
     layout: knn.IvfLayout | None
+    judging: MineConfig  # the mine settings mining used, the copy density resolved
 
 
 def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go, the map
@@ -218,7 +220,7 @@ def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go
         details["incremental"] = _incremental(plan, refiltered, to_mine)
     outside = time.perf_counter() - started - retrieval.info["index_s"] - mapped["wall_s"]
     timings = _timings(embed_stats["embed_s"], retrieval.info["index_s"], mapped, outside)
-    return _Rows(counts, kept, dropped, reasons, timings, details, layout)
+    return _Rows(counts, kept, dropped, reasons, timings, details, layout, cfg.mine)
 
 
 def _timings(embed_s: float, index_s: float, mapped: dict[str, float], outside: float) -> dict:
@@ -318,6 +320,23 @@ _ROWS_IN_MEANS = (
 )
 
 
+def _write(rows: _Rows, out_dir: Path, products: pl.DataFrame) -> dict[str, str]:
+    """Write the kept and the dropped negatives, the judgement of the kept ones
+    (`kept_judgement`, when the margin is judged) and the IVF layout; their names by role."""
+    negatives, dropped = out_dir / S.NEGATIVES_FILE, out_dir / S.NEGATIVES_DROPPED_FILE
+    # One chunk: parquet row groups follow chunks, and chunks follow the partitions.
+    io.write_parquet(rows.kept.rechunk(), negatives)
+    io.write_parquet(rows.dropped, dropped)
+    outputs = {"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE}
+    if rows.judging.judge_margin:
+        judged = kept_judgement(negatives, dropped, products, rows.judging)
+        io.write_parquet(judged, out_dir / S.NEGATIVES_JUDGEMENT_FILE)
+        outputs["judgement"] = S.NEGATIVES_JUDGEMENT_FILE
+    if rows.layout is not None:
+        outputs.update(rows.layout.write(out_dir))
+    return outputs
+
+
 def _read_inputs(inputs: Inputs) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(distinct clicked (query, listing) pairs, listings, products) of the stage's inputs.
 
@@ -344,7 +363,8 @@ def run(
 ) -> StageResult:
     """Mine hard negatives for every clicked (query, listing) pair into ``out_dir``.
 
-    Writes `negatives.parquet` and `negatives_dropped.parquet` (see `filter_candidates`). With
+    Writes `negatives.parquet`, `negatives_dropped.parquet` (see `filter_candidates`) and, when
+    the margin is judged, `negatives_judgement.parquet` (`kept_judgement`). With
     ``previous`` = (the previous build's mining, this build's number), the queries whose inputs
     did not change keep their rows from it (`mine.reuse`). ``map_spans`` runs the partitions of
     the queries to mine (default: one after the other in this process; a build maps them on its
@@ -360,14 +380,9 @@ def run(
     spill.mkdir(parents=True, exist_ok=True)
     try:
         rows = _mine_rows(cfg, pairs, listings_df, products_df, encoder, previous, spill, map_spans)
-        # One chunk: parquet row groups follow chunks, and chunks follow the partitions.
-        io.write_parquet(rows.kept.rechunk(), out_dir / S.NEGATIVES_FILE)
-        io.write_parquet(rows.dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
+        outputs = _write(rows, out_dir, listing_products(listings_df, products_df))
     finally:
         shutil.rmtree(spill)
-    outputs = {"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE}
-    if rows.layout is not None:
-        outputs.update(rows.layout.write(out_dir))
     clicked = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
     summary = summarise(rows.counts, clicked, rows.kept, rows.reasons, cfg.mine)
     dropped_by_reason = summary.pop("dropped_by_reason")

@@ -7,9 +7,8 @@ The kept pairs are also written beside the report, so that `pairsieve label
 sample --run` can draw them (`schemas.JUDGED_PAIRS_FILE`): labels on these pairs are what
 narrows the interval.
 
-The probabilities are not stored with the negatives; they are recomputed here by the mine
-stage's own filter (`mine.filters.judged_rows`) from the build's files, with the copy density
-the stage recorded, so the report judges exactly as mining did.
+Everything here is read from what the mine stage wrote: the probabilities of the kept negatives
+(`schemas.NEGATIVES_JUDGEMENT_FILE`), and its counts of rows dropped by reason and kept.
 """
 
 from __future__ import annotations
@@ -28,10 +27,6 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.labels.estimate import share_from_labels
 from pairsieve.labels.pairs import ROWS, pair_ids
 from pairsieve.labels.store import answered
-from pairsieve.mine.filters import judged_rows
-from pairsieve.mine.stage import listing_products
-
-_PAIR = [S.QUERY, S.POSITIVE_LISTING_ID]
 
 
 @dataclass(frozen=True)
@@ -63,32 +58,18 @@ class Judged:
 
 def judged(cfg: PairsieveConfig, run_dir: Path) -> Judged | None:
     """What the judgement did in the build ``run_dir``; None when it did not judge
-    (``mine.judge_margin`` off, or no mine stage)."""
+    (``mine.judge_margin`` off, no mine stage, or one that wrote no judgement)."""
     layout = RunLayout(run_dir)
     result = load_result(layout.stage_dir("mine"))
-    if not cfg.mine.judge_margin or result is None or not layout.negatives_dropped.is_file():
+    if not cfg.mine.judge_margin or result is None or not layout.negatives_judgement.is_file():
         return None
-    density = result.details.get("copy_density", {}).get("value")
-    mine_cfg = cfg.mine.model_copy(update={"copy_density": density})
-    columns = [*_PAIR, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK, S.POSITIVE_SCORE]
-    kept = pl.read_parquet(layout.negatives, columns=columns)
-    dropped = pl.scan_parquet(layout.negatives_dropped).select(*columns, S.REASON)
-    inside_reasons = dropped.filter(pl.col(S.REASON).is_in(["judged_copy", "margin"]))
-    reasons = dict(
-        inside_reasons.group_by(pl.col(S.REASON).cast(pl.String)).len().collect().iter_rows()
-    )
-    rows = pl.concat([kept, dropped.drop(S.REASON).collect(engine="streaming")])
-    candidates = rows.select(S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK).unique()
-    positives = rows.select(*_PAIR, S.POSITIVE_SCORE).unique()
-    products = listing_products(pl.read_parquet(layout.listings), pl.read_parquet(layout.products))
-    scored = judged_rows(candidates.sort(S.QUERY, S.RANK), positives, products, mine_cfg)
-    above = kept.join(scored.select(*_PAIR, S.NEGATIVE_LISTING_ID, "p_copy"),
-                      on=[*_PAIR, S.NEGATIVE_LISTING_ID])  # fmt: skip
+    above = pl.read_parquet(layout.negatives_judgement)
+    reasons = result.dropped_by_reason
     figures = {
-        "copy_density": density,
+        "copy_density": result.details.get("copy_density", {}).get("value"),
         "kept_above_margin": above.height,
-        "kept_above_margin_share": above.height / max(kept.height, 1),
-        "estimated_copies_among_kept_above_margin": float(above["p_copy"].mean() or 0.0),
+        "kept_above_margin_share": above.height / max(result.rows_out, 1),
+        "estimated_copies_among_kept_above_margin": float(above[S.P_COPY].mean() or 0.0),
         "dropped_inside_margin_judged_copy": int(reasons.get("judged_copy", 0)),
         "dropped_inside_margin_undecided": int(reasons.get("margin", 0)),
     }
@@ -101,7 +82,7 @@ def _kept_pairs(above: pl.DataFrame, layout: RunLayout) -> pl.DataFrame:
     pairs = (  # unordered: either listing may have been the positive
         above.group_by(
             pl.min_horizontal(ends).alias(S.LISTING_A), pl.max_horizontal(ends).alias(S.LISTING_B)
-        ).agg(pl.col("p_copy").mean().alias(S.P_SAME), pl.len().cast(pl.Int64).alias(ROWS))
+        ).agg(pl.col(S.P_COPY).mean().alias(S.P_SAME), pl.len().cast(pl.Int64).alias(ROWS))
     )
     for end, text in ((S.LISTING_A, "text_a"), (S.LISTING_B, "text_b")):
         named = titles.rename({S.LISTING_ID: end, S.TITLE: text})

@@ -288,7 +288,7 @@ def test_the_judgement_reads_only_the_first_candidates_inside_the_margin():
     candidates, pos, _ = frames(scores, {("q", "p"): 0.5})
     listings = _titled({"p": titles["p"], **many})
     table = mine_filter._stamp_filters(candidates, pos, listings, cfg, listings)
-    judged = table.filter(pl.col(mine_filter.P_COPY).is_not_null()).sort(S.RANK)
+    judged = table.filter(pl.col(S.P_COPY).is_not_null()).sort(S.RANK)
     assert judged[S.NEGATIVE_LISTING_ID].to_list() == ["v10", "v11", "v12", "v13"]
     assert table.filter(pl.col(S.REASON).is_null()).height == 4  # the best 4 by rank
     inside = table.filter(pl.col(S.REASON) == "margin").sort(S.RANK)
@@ -551,8 +551,46 @@ def test_run_is_byte_identical_whatever_the_click_order(tiny, encoder):
     reversed_inputs = mine.Inputs(clicks.reverse(), listings.reverse(), products.reverse())
     second = mine.run(cfg, reversed_inputs, folder / "b", encoder=encoder)
     assert second.details["copy_density"] == first.details["copy_density"]
-    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE, S.NEGATIVES_JUDGEMENT_FILE):
         assert (folder / "a" / name).read_bytes() == (folder / "b" / name).read_bytes()
+
+
+def test_run_writes_the_judgement_of_the_kept_negatives_it_made(tiny, encoder):
+    """The file the report reads: the kept negatives the judgement decided, in their order, with
+    the p_copy the stage's filter gives them at the density the stage used."""
+    cfg, folder = tiny
+    cfg = cfg.with_(**{"mine.relative_margin": 0.3, "mine.copy_density": 0.005})  # judge many
+    names = ("clicks", "listings", "products")
+    inputs = mine.Inputs(*(folder / f"{name}.parquet" for name in names))
+    result = mine.run(cfg, inputs, folder / "mine", encoder=encoder)
+    assert result.outputs["judgement"] == S.NEGATIVES_JUDGEMENT_FILE
+    keys = [S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID]
+    kept = pl.read_parquet(folder / "mine" / S.NEGATIVES_FILE)
+    dropped = pl.read_parquet(folder / "mine" / S.NEGATIVES_DROPPED_FILE)
+    judged = pl.read_parquet(folder / "mine" / S.NEGATIVES_JUDGEMENT_FILE)
+    assert judged.columns == [*keys, S.P_COPY] and judged.height > 0
+    in_kept_order = kept.select(keys).join(judged, on=keys, how="semi", maintain_order="left")
+    assert in_kept_order.rows() == judged.select(keys).rows()
+    rows = pl.concat([kept, dropped.drop(S.REASON)])
+    density = cfg.mine  # the density is set, so the stage judged at exactly this one
+    listings = pl.read_parquet(folder / "listings.parquet")
+    products = mine.listing_products(listings, pl.read_parquet(folder / "products.parquet"))
+    again = mine_filter.judged_rows(
+        rows.select(S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK).unique().sort(S.QUERY, S.RANK),
+        rows.select(S.QUERY, S.POSITIVE_LISTING_ID, S.POSITIVE_SCORE).unique(),
+        products,
+        density,
+    )
+    expected = judged.join(again.select(*keys, S.P_COPY), on=keys, suffix="_again")
+    assert expected.height == judged.height
+    assert expected[S.P_COPY].to_list() == pytest.approx(
+        expected["p_copy_again"].to_list(), abs=1e-6
+    )
+    without = mine.run(
+        cfg.with_(**{"mine.judge_margin": False}), inputs, folder / "plain", encoder=encoder
+    )
+    assert "judgement" not in without.outputs
+    assert not (folder / "plain" / S.NEGATIVES_JUDGEMENT_FILE).exists()
 
 
 def test_run_rejects_bad_inputs(tiny, encoder):
