@@ -24,6 +24,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.core import io
 from pairsieve.core.contract import StageResult, load_result
+from pairsieve.core.facts import ClusterFacts
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 
@@ -182,7 +183,7 @@ def record(result: StageResult, out_dir: Path, previous: Path | None) -> StageRe
         if FIRST_SEEN not in before.columns:
             before = first_build(before)
         recorded = load_result(before_layout.stage_dir("cluster"))
-        build_number = (recorded.details.get("build_number", 0) if recorded else 0) + 1
+        build_number = (ClusterFacts.of(recorded).build_number if recorded else 0) + 1
         products, changes = reconcile(products, before, build_number)
     io.write_parquet(products, out_dir / S.PRODUCTS_FILE)
     io.write_parquet(changes, out_dir / S.ID_CHANGES_FILE)

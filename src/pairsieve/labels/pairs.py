@@ -5,13 +5,14 @@ put the two in one product.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.config import ClusterConfig
+from pairsieve.core.contract import load_result
+from pairsieve.core.facts import ClusterFacts
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
@@ -91,9 +92,9 @@ def candidate_pairs(run_dir: str | Path) -> pl.DataFrame:
 def _accept_probability(layout: RunLayout) -> float:
     """The pair model's accept probability the build's clustering used (recorded in its
     stage.json; the default for a build that predates the record)."""
-    stage = layout.stage_dir("cluster") / S.STAGE_JSON
-    details = json.loads(stage.read_text()).get("details", {}) if stage.exists() else {}
-    return float(details.get("accept_probability", ClusterConfig().accept_probability))
+    recorded = load_result(layout.stage_dir("cluster"))
+    accept = None if recorded is None else ClusterFacts.of(recorded).accept_probability
+    return ClusterConfig().accept_probability if accept is None else accept
 
 
 def audit_pairs(audit_dir: str | Path) -> pl.DataFrame:

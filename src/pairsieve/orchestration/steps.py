@@ -23,6 +23,7 @@ from pairsieve.core.contract import (
     run_stage,
     stage_fingerprint,
 )
+from pairsieve.core.facts import ClusterFacts
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.mine.reuse import PreviousMining
@@ -210,7 +211,7 @@ def mine_step(
         state, why_not = _previous_state(PreviousMining.load, cfg, "mine", previous)
         reuse = None
         if state is not None:
-            reuse = (state, load_result(layout.stage_dir("cluster")).details["build_number"])
+            reuse = (state, ClusterFacts.of(load_result(layout.stage_dir("cluster"))).build_number)
         result = mine.run(
             stage_config(cfg, "mine"),
             mine.Inputs.of(layout),

@@ -23,6 +23,7 @@ from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core.contract import load_result
+from pairsieve.core.facts import MineFacts
 from pairsieve.core.layout import RunLayout
 from pairsieve.labels.estimate import share_from_labels
 from pairsieve.labels.pairs import ROWS, pair_ids
@@ -66,7 +67,7 @@ def judged(cfg: PairsieveConfig, run_dir: Path) -> Judged | None:
     above = pl.read_parquet(layout.negatives_judgement)
     reasons = result.dropped_by_reason
     figures = {
-        "copy_density": result.details.get("copy_density", {}).get("value"),
+        "copy_density": MineFacts.of(result).copy_density,
         "kept_above_margin": above.height,
         "kept_above_margin_share": above.height / max(result.rows_out, 1),
         "estimated_copies_among_kept_above_margin": float(above[S.P_COPY].mean() or 0.0),

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from pairsieve.core.contract import load_result
+from pairsieve.core.facts import ClusterFacts
 from pairsieve.core.layout import RunLayout
 from pairsieve.labels.estimate import Estimate, labelled_ratio, share_from_labels
 from pairsieve.labels.pairs import GROUP, LINKED, candidate_pairs
@@ -47,7 +48,7 @@ def _tuning(run_dir: Path) -> dict[str, Any]:
     """What the labels chose for the clustering (the cluster stage's record): the pair model
     that judged ("refit" when refitted to the labels) and the vetoes they lifted."""
     cluster = load_result(RunLayout(run_dir).stage_dir("cluster"))
-    chosen = {} if cluster is None else cluster.details.get("labels", {}).get("chosen", {})
+    chosen = {} if cluster is None else ClusterFacts.of(cluster).labels_chosen
     if not chosen:
         return {}
     lifted = ", ".join(chosen["lifted_vetoes"]) or "none"

@@ -16,6 +16,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult
+from pairsieve.core.facts import ClusterFacts, MineFacts
 from pairsieve.report import impact
 from pairsieve.report.wording import READINGS, display_name
 
@@ -96,25 +97,23 @@ def changes_section(
     """What changed since the previous build (`--previous`): product ids born, merged, split and
     removed (``changes``, the cluster stage's id_changes.parquet) and what each stage reused;
     None on a first build."""
-    if cluster is None or not cluster.details.get("build_number") or changes is None:
+    facts = None if cluster is None else ClusterFacts.of(cluster)
+    if facts is None or not facts.build_number or changes is None:
         return None
     counts = dict(changes[S.CHANGE].value_counts().iter_rows())
     kinds = ["new", "merged", "split", "removed"]
-    reused_queries = (mine.details.get("incremental") or {}) if mine else {}
+    reused_queries = MineFacts.of(mine).incremental if mine else {}
     figures = {
-        "build_number": cluster.details["build_number"],
+        "build_number": facts.build_number,
         **{f"products_{kind}": int(counts.get(kind, 0)) for kind in kinds},
-        "titles_unchanged": cluster.details.get("settled_nodes"),
-        "pairs_reused": cluster.details.get("reused_pairs"),
+        "titles_unchanged": facts.settled_nodes,
+        "pairs_reused": facts.reused_pairs,
         "queries_reused": reused_queries.get("queries_reused"),
         "queries_mined": reused_queries.get("queries_mined"),
     }
     why_not = [
         f"{name}: not reused ({details['why_not']})"
-        for name, details in (
-            ("cluster", cluster.details.get("incremental") or {}),
-            ("mine", reused_queries),
-        )
+        for name, details in (("cluster", facts.incremental), ("mine", reused_queries))
         if details.get("why_not")
     ]
     rows = changes.sort(S.CHANGE, S.PRODUCT_ID).head(200).to_dicts()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import polars as pl
 import pytest
@@ -12,6 +14,8 @@ from pairsieve.cluster import judge as cluster_judge
 from pairsieve.cluster import stage as cluster
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import parallel as forked
+from pairsieve.core.contract import StageResult
+from pairsieve.core.facts import ClusterFacts
 from pairsieve.core.hashing import hex_digest
 from pairsieve.errors import PairsieveError
 from pairsieve.pair_model import calibration
@@ -74,6 +78,16 @@ def test_products_keep_variants_apart(cfg, encoder, tmp_path) -> None:
     assert by_id["t1"][S.METHOD] == "code" and by_id["t1"][S.CLUSTER_SIZE] == 2
     assert by_id["b2"][S.METHOD] == "exact"
     assert by_id["a1"][S.PRODUCT_ID] == "p" + hex_digest("a1")
+
+
+def test_the_stage_records_the_facts_later_stages_read(cfg, encoder, tmp_path) -> None:
+    """Read back through stage.json's form, by the typed record the other packages use."""
+    result = cluster.run(cfg, cluster.Inputs(catalog()), tmp_path, encoder=encoder)
+    facts = ClusterFacts.of(StageResult.from_json(json.loads(json.dumps(result.to_json()))))
+    assert facts.build_number == 0  # a first build
+    assert facts.accept_probability == cfg.cluster.accept_probability
+    assert facts.settled_nodes is None and facts.reused_pairs is None  # nothing reused
+    assert facts.labels_chosen == {} and facts.incremental == {}
 
 
 def test_veto_reasons_recorded(cfg, encoder, tmp_path) -> None:

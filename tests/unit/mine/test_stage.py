@@ -10,6 +10,8 @@ import pytest
 
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
+from pairsieve.core.contract import StageResult
+from pairsieve.core.facts import MineFacts
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import deepen, retrieval
 from pairsieve.mine import evaluate as mine_eval
@@ -534,6 +536,8 @@ def test_run_with_the_real_model_never_returns_a_copy_of_the_positive(tiny, enco
     assert sony["l11"] == "other_positive" and sony["l10"] in {"same_product", "margin"}
     assert result.details["pairs_short"] == 0 and result.details["pairs"] == 4
     density = result.details["copy_density"]  # the judgement's prior, from the build itself
+    recorded = StageResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert MineFacts.of(recorded).copy_density == density["value"]
     assert density["source"] == "estimated" and density["queries"] == 3  # distinct queries
     assert density["known_copies"] <= density["inside_margin"]
     assert 0 < density["value"] < 1
