@@ -101,6 +101,7 @@ TRAIN_PREFIX = "train"  # shard file name prefixes
 EVAL_PREFIX = "eval"
 META_PREFIX = "meta"
 REPORT_HTML = "report.html"
+CARD_FILE = "README.md"  # shards/: the dataset card
 REPORT_JSON = "report.json"
 
 STAGES = ("ingest", "cluster", "mine", "shards", "report")

@@ -30,12 +30,14 @@ class Stage:
     ``upstream`` names the stages whose published folders it reads (`RunLayout` entries);
     ``sections`` the config sections it reads besides theirs. A stage may also read its upstream
     stages' sections: a change there reruns the upstream stage, whose recorded hash then reruns
-    this one.
+    this one. ``writes`` lists the files it may write into its folder (glob patterns; some only
+    under some settings, such as the IVF layout above `knn.exact_max` vectors).
     """
 
     name: str
     upstream: tuple[str, ...]
     sections: tuple[str, ...]
+    writes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.sections) - SECTIONS)

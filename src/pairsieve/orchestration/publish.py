@@ -25,8 +25,7 @@ from pathlib import Path
 from pairsieve.core import io
 from pairsieve.core.layout import RunLayout, staging_dir
 from pairsieve.errors import PairsieveError
-from pairsieve.schemas import MANIFEST_FILE, STAGE_JSON
-from pairsieve.shards.card import CARD_FILE
+from pairsieve.schemas import CARD_FILE, MANIFEST_FILE, STAGE_JSON
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2

@@ -43,3 +43,24 @@ def settings_hash(cfg: PairsieveConfig, name: str) -> str:
 def stage_config(cfg: PairsieveConfig, name: str) -> PairsieveConfig:
     """``cfg`` as stage ``name`` may read it (`StageConfig`, standing in for the whole config)."""
     return StageConfig(cfg, name, readable(name))  # type: ignore[return-value]
+
+
+def declarations_markdown() -> str:
+    """The declarations as the table of docs/architecture.md ("Each stage declared once"): what
+    each stage reads, which settings, and what it writes, in one place."""
+
+    def names(values) -> str:
+        return ", ".join(f"`{v}`" for v in values) or "–"
+
+    lines = [
+        "| stage | reads the folders of | own config sections | may also read | writes |",
+        "|---|---|---|---|---|",
+    ]
+    for name, stage in STAGES.items():
+        inherited = readable(name) - set(stage.sections)
+        ordered = [s for s in PairsieveConfig.model_fields if s in inherited]
+        lines.append(
+            f"| {name} | {names(stage.upstream)} | {names(stage.sections)} | {names(ordered)} "
+            f"| {names(stage.writes)} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -11,8 +11,6 @@ from typing import Any
 
 from pairsieve import schemas as S
 
-CARD_FILE = "README.md"
-
 _CARD = """---
 license: other  # set the licence of the click log and catalog this was built from
 task_categories:

@@ -36,7 +36,7 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.core.partitions import MapSpans
 from pairsieve.errors import PairsieveError
 from pairsieve.shards import placement
-from pairsieve.shards.card import CARD_FILE, dataset_card
+from pairsieve.shards.card import dataset_card
 
 log = logging.getLogger(__name__)
 
@@ -442,11 +442,11 @@ def run(
     manifest = _manifest(cfg, k, files, leakage, fingerprints)
     io.write_json(manifest, out_dir / S.MANIFEST_FILE)
     card = dataset_card(manifest, {"pairs": details["pairs"], "dropped": dropped})
-    io.write_text(card, out_dir / CARD_FILE)
+    io.write_text(card, out_dir / S.CARD_FILE)
     rows_out = train.height + (evalset.height if cfg.shards.eval_fraction > 0 else 0)
     outputs = {e["name"]: e["name"] for entries in files.values() for e in entries}
     outputs[S.MANIFEST_FILE] = S.MANIFEST_FILE
-    outputs[CARD_FILE] = CARD_FILE
+    outputs[S.CARD_FILE] = S.CARD_FILE
     return StageResult(
         stage="shards",
         rows_in=details["pairs"],

@@ -23,6 +23,7 @@ from pairsieve.orchestration.stages import (
     stage_config,
     upstream,
 )
+from tests.paths import REPO
 
 BASE = PairsieveConfig()
 
@@ -149,3 +150,10 @@ def test_a_declaration_names_real_sections():
     assert "runner" not in SECTIONS and "mine" in SECTIONS
     with pytest.raises(ValueError, match="no such config section"):
         Stage("x", upstream=(), sections=("mining",))
+
+
+def test_the_architecture_page_draws_the_declarations():
+    from pairsieve.orchestration.stages import declarations_markdown
+
+    page = (REPO / "docs" / "architecture.md").read_text()
+    assert declarations_markdown() in page, "copy declarations_markdown() into the page"

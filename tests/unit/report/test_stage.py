@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+from fnmatch import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -400,6 +401,21 @@ def test_report_of_a_real_build_on_the_sample(sample_build, tmp_path):
     assert rep["quality"]["figures"]["bcubed_f1"] > 0.5
     if CHROMIUM.exists():
         assert_page_renders(run_dir / "report", tmp_path / "profile")
+
+
+@pytest.mark.slow
+def test_each_stage_writes_only_what_it_declares(sample_build):
+    """The declarations' `writes` are the whole truth of a build folder: every file a stage
+    left in its folder (besides its stage.json) matches one of its declared patterns."""
+    from pairsieve.orchestration.stages import STAGES
+
+    cfg, run_dir = sample_build
+    report.run(cfg, RunLayout(run_dir), run_dir / "report")
+    for name in ("ingest", "cluster", "mine", "shards", "report"):
+        written = {p.name for p in (run_dir / name).iterdir()} - {S.STAGE_JSON}
+        undeclared = {f for f in written if not any(fnmatch(f, w) for w in STAGES[name].writes)}
+        assert written and undeclared == set(), name
+    assert (run_dir / "mine" / S.NEGATIVES_JUDGEMENT_FILE).exists()  # the margin is judged
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pairsieve import schemas as S
 from pairsieve.shards import stage as shards
 from pairsieve.training import (
     MaskedMultipleNegativesRankingLoss,
@@ -384,9 +385,9 @@ def test_the_dataset_card_describes_the_shards_and_load_dataset_reads_them(shard
 
     import yaml
 
-    from pairsieve.shards.card import CARD_FILE, size_category
+    from pairsieve.shards.card import size_category
 
-    card = (shard_dir / CARD_FILE).read_text()
+    card = (shard_dir / S.CARD_FILE).read_text()
     _, header, body = card.split("---\n", 2)
     meta = yaml.safe_load(header)
     manifest = json.loads((shard_dir / "manifest.json").read_text())
