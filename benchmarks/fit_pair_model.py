@@ -107,7 +107,7 @@ class Run:
     def matrix(self, names: tuple[str, ...]) -> np.ndarray:
         return np.column_stack([self.features[n].astype(np.float64) for n in names])
 
-    def scores(  # noqa: PLR0913 - the clustering's knobs
+    def scores(
         self,
         p: np.ndarray,
         accept: float,

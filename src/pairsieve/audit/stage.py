@@ -269,7 +269,7 @@ def quality_from_catalog(
     return R.quality_section(joined[S.PRODUCT_ID], joined[truth])
 
 
-def build_report(  # noqa: PLR0913 - the audit's inputs, already read
+def build_report(
     cfg: PairsieveConfig,
     dataset: Path,
     catalog: pl.DataFrame | None,

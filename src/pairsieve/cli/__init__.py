@@ -239,7 +239,7 @@ def audit_command(
 # --- synth ----------------------------------------------------------------------------------------
 @app.command("synth")
 @handle_errors
-def synth_command(  # noqa: PLR0913 - one parameter per CLI option
+def synth_command(
     out: OutOpt,
     products: Annotated[
         int, typer.Option("--products", help="Products to generate (~4.3 listings each).")

@@ -340,7 +340,7 @@ def agglomerate(
     return labels
 
 
-def _one_cell_per_pair(  # noqa: PLR0913 - the columns of the pairs
+def _one_cell_per_pair(
     xs: np.ndarray, ys: np.ndarray, weights: np.ndarray, judged: np.ndarray, vetoed: np.ndarray
 ) -> tuple[np.ndarray, ...]:
     """(lo, hi, weight, judged, vetoed) with lo < hi and a repeated pair made one cell: weights

@@ -86,7 +86,7 @@ def neighbour_span(plan: str, span: Span, cfg: PairsieveConfig) -> str:
     return str(path)
 
 
-def knn_pairs(  # noqa: PLR0913 - the search's inputs and where it may be mapped
+def knn_pairs(
     cfg: PairsieveConfig,
     vectors: np.ndarray,
     rows: np.ndarray | None = None,

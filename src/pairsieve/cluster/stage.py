@@ -154,6 +154,7 @@ def node_table(frame: pl.DataFrame) -> pl.DataFrame:
 # --- the stage -----------------------------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class Clustering:
     """Everything one clustering run computed, for writing and for evaluation.
 
@@ -162,21 +163,12 @@ class Clustering:
     ``ivf``: the kNN index's `knn.IvfLayout`, kept for the next build (None when exact).
     """
 
-    def __init__(  # noqa: PLR0913 - one field per computed part
-        self,
-        frame: pl.DataFrame,
-        nodes: pl.DataFrame,
-        scored: pl.DataFrame,
-        node_labels: np.ndarray,
-        details: dict,
-        ivf: knn.IvfLayout | None = None,
-    ) -> None:
-        self.frame = frame
-        self.nodes = nodes
-        self.scored = scored
-        self.node_labels = node_labels
-        self.details = details
-        self.ivf = ivf
+    frame: pl.DataFrame
+    nodes: pl.DataFrame
+    scored: pl.DataFrame
+    node_labels: np.ndarray
+    details: dict
+    ivf: knn.IvfLayout | None = None
 
     def listing_labels(self) -> np.ndarray:
         """(n_listings,) int64 cluster label per listing, in ``frame`` order."""

@@ -151,7 +151,7 @@ def gather(results: list[SpanResult]) -> Mined:
     )
 
 
-def mine_mapped(  # noqa: PLR0913 - the plan's parts, where it goes, and the map
+def mine_mapped(
     retrieval: Retrieval,
     positives: pl.DataFrame,
     products: pl.DataFrame,

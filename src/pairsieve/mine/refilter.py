@@ -119,7 +119,7 @@ class _Plan:
     products: pl.DataFrame
 
     @staticmethod
-    def write(  # noqa: PLR0913 - the plan's parts and where it goes
+    def write(
         folder: Path,
         state: PreviousMining,
         queries: pl.Series,

@@ -238,7 +238,7 @@ def _timings(embed_s: float, index_s: float, mapped: dict[str, float], outside: 
 _DENSITY_SAMPLE = 512  # queries whose exact top candidates estimate the copy density
 
 
-def _with_copy_density(  # noqa: PLR0913 - the build's pairs and what embeds a sample of them
+def _with_copy_density(
     cfg: PairsieveConfig,
     pairs: pl.DataFrame,
     embedded: Embedded,

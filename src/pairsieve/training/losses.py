@@ -124,7 +124,7 @@ class MaskedMultipleNegativesRankingLoss(_ScaleMixin, MultipleNegativesRankingLo
     all ranks.
     """
 
-    def __init__(  # noqa: PLR0913 - the stock loss's parameters plus learn_scale
+    def __init__(
         self,
         model: Any,
         scale: float = 20.0,
@@ -254,7 +254,7 @@ class MaskedQueueRankingLoss(MaskedMultipleNegativesRankingLoss):
     grows in training (with gradients enabled), so evaluating the loss leaves it as it was.
     """
 
-    def __init__(  # noqa: PLR0913 - the masked loss's parameters plus queue_size
+    def __init__(
         self,
         model: Any,
         scale: float = 20.0,

@@ -52,7 +52,7 @@ class ProductDisjointBatchSampler(DefaultBatchSampler):
     cannot place (a head product with more rows than there are batches) sit out that epoch.
     """
 
-    def __init__(  # noqa: PLR0913 - the signature the trainer calls batch samplers with
+    def __init__(
         self,
         dataset: Any,
         batch_size: int,

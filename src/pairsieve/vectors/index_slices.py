@@ -107,7 +107,7 @@ def _offset(found: tuple[np.ndarray, np.ndarray], start: int) -> tuple[np.ndarra
     return scores, np.where(ids >= 0, ids + start, ids)
 
 
-def build(  # noqa: PLR0913 - the vectors, the settings, what a previous build spares, where
+def build(
     vectors: np.ndarray,
     cfg: KnnConfig,
     seed: int = 13,
