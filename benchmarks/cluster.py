@@ -25,6 +25,7 @@ from datasketch import MinHash
 
 from pairsieve.cluster import candidates, linkage, pairs_file
 from pairsieve.cluster import stage as cluster
+from pairsieve.cluster.neighbours import scratch_mapper
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.datasets.scoring import score
@@ -65,7 +66,8 @@ def main() -> None:
         return
     truth = catalog.select(cluster.S.LISTING_ID, cluster.S.TRUE_PRODUCT_ID)
     started = time.perf_counter()
-    result = cluster.cluster_listings(cfg, catalog.drop(cluster.S.TRUE_PRODUCT_ID))
+    with scratch_mapper() as mapper:
+        result = cluster.cluster_listings(cfg, catalog.drop(cluster.S.TRUE_PRODUCT_ID), mapper)
     path_s = time.perf_counter() - started
     titles = result.frame[cluster.S.TITLE_NORM].to_list()
     started = time.perf_counter()
@@ -186,7 +188,8 @@ def embedding_throughput(catalog: pl.DataFrame) -> dict[str, float]:
         encoder = load_encoder(cfg.embed)
         for label in ("cold", "warm"):
             started = time.perf_counter()
-            cluster.cluster_listings(cfg, catalog, encoder)
+            with scratch_mapper() as mapper:
+                cluster.cluster_listings(cfg, catalog, mapper, encoder)
             out[f"embedding_path_{label}_listings_per_s"] = round(
                 len(catalog) / (time.perf_counter() - started), 1
             )

@@ -27,6 +27,7 @@ from pairsieve import schemas as S
 from pairsieve.cluster import judge as cluster_judge
 from pairsieve.cluster import linkage
 from pairsieve.cluster import stage as cluster
+from pairsieve.cluster.neighbours import scratch_mapper
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.scoring import score
 from pairsieve.pair_model import model as pair_model
@@ -48,7 +49,8 @@ class Run:
         self.features: dict[str, np.ndarray] = {}
         truth = dict(zip(catalog[S.LISTING_ID], catalog[S.TRUE_PRODUCT_ID], strict=True))
         hidden = catalog.drop(S.TRUE_PRODUCT_ID, S.TRUE_PRODUCT_NAME, strict=False)
-        self.result = cluster.cluster_listings(cfg, hidden, features=self.features)
+        with scratch_mapper() as mapper:
+            self.result = cluster.cluster_listings(cfg, hidden, mapper, features=self.features)
         self.seconds = time.perf_counter() - started
         ids = self.result.frame[S.LISTING_ID].to_list()
         self.truth = [truth[x] for x in ids]

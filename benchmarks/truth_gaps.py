@@ -31,6 +31,7 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster import stage as cluster
+from pairsieve.cluster.neighbours import scratch_mapper
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
 
@@ -90,7 +91,8 @@ def main() -> None:
 
     catalog = BENCHMARKS[args.catalog].load(args.data_root)
     hidden = catalog.drop(S.TRUE_PRODUCT_ID, S.TRUE_PRODUCT_NAME, strict=False)
-    result = cluster.cluster_listings(PairsieveConfig(), hidden)
+    with scratch_mapper() as mapper:
+        result = cluster.cluster_listings(PairsieveConfig(), hidden, mapper)
     order = dict(zip(result.frame[S.LISTING_ID], result.listing_labels(), strict=True))
     predicted = np.asarray([order[x] for x in catalog[S.LISTING_ID]])
     pairs = kind_of(cross_shop_pairs(catalog, predicted))

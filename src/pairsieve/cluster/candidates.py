@@ -92,16 +92,17 @@ def code_block_pairs(
 def minhash_pairs(
     cfg: PairsieveConfig,
     titles: pl.Series,
+    mapper: Mapper,
     wanted: np.ndarray | None = None,
-    mapper: Mapper | None = None,
 ) -> tuple[np.ndarray, int, int]:
     """Node pairs colliding in at least one LSH band of their MinHash signatures (a band bucket
     holding a ``wanted`` node, when given), buckets skipped, and signatures computed: those of
-    texts seen before come from the cache in ``cfg.cache_dir``. Given a ``mapper``, the
-    signatures and the banding are maps on its runner (`cluster.lsh`)."""
+    texts seen before come from the cache in ``cfg.cache_dir``. With a cache, the signatures
+    and the banding are maps on ``mapper``'s runner (`cluster.lsh`), which read the signatures
+    from the cache; without one they are computed and banded here."""
     from pairsieve.vectors.embed import embed_texts
 
-    if mapper is not None and cfg.cache_dir:
+    if cfg.cache_dir:
         return lsh.minhash_pairs_mapped(cfg, titles, wanted, mapper)
     c, encoder = cfg.cluster, lsh.signature_encoder(cfg)
     cache = minhash.SignatureCache(cfg.cache_dir, encoder.model_key) if cfg.cache_dir else None
@@ -157,11 +158,11 @@ def embedding_candidates(
     encoder: Encoder | None,
     unsettled: np.ndarray | None,
     previous: knn.IvfLayout | None,
-    mapper: Mapper | None = None,
+    mapper: Mapper,
 ) -> tuple[np.ndarray, np.ndarray, knn.IvfLayout | None, dict]:
     """kNN pairs touching an unsettled node (all when None), the node vectors, the index's
     `knn.IvfLayout` (built on ``previous`` while its centroids fit), and what was embedded and
-    trained; the search is mapped with ``mapper`` when given (`cluster.neighbours`)."""
+    trained; the search is mapped with ``mapper`` (`cluster.neighbours`)."""
     from pairsieve.core.hashing import text_keys
     from pairsieve.vectors import knn
 
@@ -169,7 +170,7 @@ def embedding_candidates(
     vectors, details = _embed(cfg, titles, encoder)
     rows = None if unsettled is None else np.flatnonzero(unsettled)
     keys = text_keys(titles) if len(titles) > cfg.knn.exact_max else None  # IVF only
-    pairs, index = knn_pairs(cfg, vectors, rows, previous, keys, mapper)
+    pairs, index = knn_pairs(cfg, vectors, mapper, rows, previous, keys)
     layout = None if keys is None else index.layout(keys)
     if layout is not None:
         details["ivf_centroids"] = knn.centroid_source(index.centroids, previous)
@@ -244,7 +245,7 @@ def generate(  # noqa: PLR0913 - the catalog, what is settled, where the search 
     encoder: Encoder | None,
     unsettled: np.ndarray | None,
     previous_ivf: knn.IvfLayout | None,
-    mapper: Mapper | None = None,
+    mapper: Mapper,
 ) -> Candidates:
     """Every signal's pairs touching an ``unsettled`` node (all pairs when None), combined;
     ``previous_ivf`` spares the kNN index's IVF training while its centroids fit, and
@@ -257,7 +258,7 @@ def generate(  # noqa: PLR0913 - the catalog, what is settled, where the search 
     found["code"] = pair_codes(touching(code, unsettled))
     match_text = pl.Series([" ".join(sorted(a.words)) for a in attrs], dtype=pl.String)
     lsh, details["lsh_buckets_skipped"], details["signatures_computed"] = minhash_pairs(
-        cfg, match_text, unsettled, mapper
+        cfg, match_text, mapper, unsettled
     )
     found["minhash"] = pair_codes(touching(lsh, unsettled))
     del code, lsh

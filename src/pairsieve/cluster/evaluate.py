@@ -44,6 +44,7 @@ def compare(
     Raises:
         PairsieveError: ``missing_column`` when the truth or source column is absent.
     """
+    from pairsieve.cluster.neighbours import scratch_mapper
     from pairsieve.cluster.stage import cluster_listings
 
     for column, knob in ((truth_column, "--truth-column"), (source_column, "--source-column")):
@@ -53,7 +54,9 @@ def compare(
             )
     ids = catalog[S.LISTING_ID].cast(pl.String).to_list()
     truth_by_id = dict(zip(ids, catalog[truth_column].cast(pl.String).to_list(), strict=True))
-    result = cluster_listings(cfg, catalog.drop(truth_column), encoder, label_files=labels)
+    with scratch_mapper() as mapper:
+        hidden = catalog.drop(truth_column)
+        result = cluster_listings(cfg, hidden, mapper, encoder, label_files=labels)
     order = result.frame[S.LISTING_ID].to_list()
     truth = [truth_by_id[x] for x in order]
     source = None

@@ -11,6 +11,9 @@ that reads its own rows and one slice at a time.
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +37,19 @@ class Mapper:
 
     folder: Path
     map_spans: MapSpans
+
+    @staticmethod
+    def local(folder: Path) -> Mapper:
+        """The spans one after the other in this process, their plans in ``folder``."""
+        return Mapper(folder, parts.map_here)
+
+
+@contextlib.contextmanager
+def scratch_mapper() -> Iterator[Mapper]:
+    """`Mapper.local` with its plans in a temporary folder, removed on leaving: for clustering
+    outside a build folder (evaluation, benchmarks)."""
+    with tempfile.TemporaryDirectory(prefix="pairsieve-plans-") as folder:
+        yield Mapper.local(Path(folder))
 
 
 @dataclass(frozen=True)
@@ -89,34 +105,25 @@ def neighbour_span(plan: str, span: Span, cfg: PairsieveConfig) -> str:
 def knn_pairs(
     cfg: PairsieveConfig,
     vectors: np.ndarray,
+    mapper: Mapper,
     rows: np.ndarray | None = None,
     layout: knn.IvfLayout | None = None,
     keys: np.ndarray | None = None,
-    mapper: Mapper | None = None,
 ) -> tuple[np.ndarray, SlicedIndex]:
     """Node pairs among each other's ``knn_k`` nearest neighbours with cosine >= min_cosine
     (with ``rows``, only the neighbours of those nodes are searched), and the index searched: a
     previous build's ``layout`` spares its IVF training and, for the titles with ``keys`` it
-    indexed, their assignment (`index_slices.build`). With ``mapper`` the index is built slice by
-    slice into a plan in its folder and the spans run on its map."""
+    indexed, their assignment (`index_slices.build`). The index is built slice by slice into a
+    plan in ``mapper``'s folder and the spans of rows run on its map (`Mapper.local`: here)."""
     rows = np.arange(len(vectors)) if rows is None else rows
     spans = parts.spans(len(rows), KNN_QUERIES)
-    if mapper is None:  # the spans search the index held here, no files
-        index = index_slices.build(vectors, cfg.knn, cfg.seed, layout, keys)
-        plan = NeighbourPlan(index, vectors, rows)
-
-        def search(_: str, span: Span, c: PairsieveConfig) -> np.ndarray:
-            return minhash.pair_codes(_span_pairs(plan, span, c))
-
-        found = parts.map_here(search, "", spans, cfg, STEP)
-    else:
-        folder = mapper.folder / "neighbours-plan"
-        index = index_slices.build(vectors, cfg.knn, cfg.seed, layout, keys, folder / "index")
-        NeighbourPlan(index, vectors, rows).write(folder)
-        try:
-            files = mapper.map_spans(neighbour_span, str(folder), spans, cfg, STEP)
-            found = [minhash.pair_codes(np.load(path)) for path in files]
-        finally:
-            parts.forget(folder)
+    folder = mapper.folder / "neighbours-plan"
+    index = index_slices.build(vectors, cfg.knn, cfg.seed, layout, keys, folder / "index")
+    NeighbourPlan(index, vectors, rows).write(folder)
+    try:
+        files = mapper.map_spans(neighbour_span, str(folder), spans, cfg, STEP)
+        found = [minhash.pair_codes(np.load(path)) for path in files]
+    finally:
+        parts.forget(folder)
     # Gathered as one int64 code a pair: half the memory of the spans' (m, 2) pairs.
     return minhash.distinct_pairs(np.concatenate(found)), index

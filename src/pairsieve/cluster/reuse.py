@@ -124,17 +124,14 @@ class PreviousClustering:
         return out
 
     def pairs_between(
-        self, nodes: pl.DataFrame, settled: np.ndarray, cfg: Any, mapper: Mapper | None = None
+        self, nodes: pl.DataFrame, settled: np.ndarray, cfg: Any, mapper: Mapper
     ) -> pl.LazyFrame:
         """The previous pairs between two settled nodes, as scored node pairs (a < b) with the
-        columns `cluster.judge.judge` gives, in the previous file's order. With ``mapper``
-        the previous pairs are mapped a span of ``REUSE_ROWS`` rows at a time on its runner
-        (``cfg.runner``), so no process holds all of them (3.2e7 at 10^6 listings); without,
-        they are read here at once."""
+        columns `cluster.judge.judge` gives, in the previous file's order. The previous pairs
+        are mapped a span of ``REUSE_ROWS`` rows at a time on ``mapper``'s runner, so no
+        process holds all of them (3.2e7 at 10^6 listings)."""
         reps = nodes[S.LISTING_ID].filter(pl.Series(settled))
         plan = SettledTitles(str(self.pairs), reps, np.flatnonzero(settled).astype(np.int64))
-        if mapper is None:
-            return between(plan, pl.read_parquet(self.pairs, columns=list(PAIR_COLUMNS))).lazy()
         folder = plan.write(mapper.folder / "reuse-plan")
         rows = pl.scan_parquet(self.pairs).select(pl.len()).collect().item()
         try:

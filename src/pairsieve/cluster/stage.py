@@ -40,7 +40,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.cluster import candidates, labelled, lineage, linkage, pairs_file
+from pairsieve.cluster import candidates, labelled, lineage, pairs_file
 from pairsieve.cluster.judge import (
     INFORMATIVE,
     judge,
@@ -59,7 +59,7 @@ from pairsieve.core.contract import Source, StageResult, read_source
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.parallel import in_processes
-from pairsieve.core.partitions import MapSpans
+from pairsieve.core.partitions import MapSpans, map_here
 from pairsieve.errors import PairsieveError
 from pairsieve.pair_model.calibration import load_calibration
 from pairsieve.text import attributes as text
@@ -237,7 +237,7 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
     previous: PreviousClustering | None,
     requested: pl.DataFrame | None,
     tuning: bool,
-    mapper: Mapper | None,
+    mapper: Mapper,
 ) -> _Judgement:
     """Nodes, candidates and their judging (see `cluster_listings`). When ``tuning`` to
     labels, every pair is judged afresh and can be judged again (``rejudge``); otherwise
@@ -267,7 +267,7 @@ def _judge(  # noqa: PLR0913 - the stage's optional inputs
     cosine = None if vectors is None else pair_cosines(candidate_pairs, vectors)
     del vectors  # read for the cosines only
     context = judging(c, candidate_pairs, nodes, attrs, cosine)
-    if mapper is None or features is not None:
+    if features is not None:  # the pair features of every pair, gathered here
         scored = judge(context, cosine, candidate_pairs, features).lazy()
     else:
         if not tuning:
@@ -296,12 +296,12 @@ def _with_reused(scored: pl.LazyFrame, reused: pl.LazyFrame) -> pl.LazyFrame:
 def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     cfg: PairsieveConfig,
     listings: pl.DataFrame,
+    mapper: Mapper,
     encoder: Encoder | None = None,
     features: dict[str, np.ndarray] | None = None,
     previous: PreviousClustering | None = None,
     requested: pl.DataFrame | None = None,
     label_files: tuple[Path, ...] = (),
-    mapper: Mapper | None = None,
 ) -> Clustering:
     """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
     runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
@@ -314,7 +314,7 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     the kNN search over partitions of titles (`cluster.neighbours`), the judging over
     spans of candidates (`cluster.judge`), the linkage over groups of components
     (`cluster.link_groups`) and the reuse of ``previous``'s pairs over spans of them
-    (`cluster.reuse`)."""
+    (`cluster.reuse`), on a runner or here (`Mapper.local`)."""
     c = cfg.cluster
     started = time.perf_counter()
     tuning = bool(label_files)
@@ -340,10 +340,7 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     if not tuning:
         scored = judged.scored.collect()
     timings["judge_s"] = time.perf_counter() - started - sum(timings.values())
-    if mapper is None:
-        labels = linkage.agglomerate(counts, scored, link, unjudged)
-    else:
-        labels, details["linkage"] = agglomerate_mapped(counts, scored, link, unjudged, mapper, cfg)
+    labels, details["linkage"] = agglomerate_mapped(counts, scored, link, unjudged, mapper, cfg)
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
     details.update(_judged(scored, judged.by_signal))
     details["timings"] = {k: round(v, 3) for k, v in timings.items()}
@@ -427,16 +424,16 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
     frame = read_source(inputs.listings, "listings", S.CATALOG_REQUIRED)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    mapper = map_spans and Mapper(out_dir / _PARTITIONS, map_spans)
+    mapper = Mapper(out_dir / _PARTITIONS, map_spans or map_here)
     try:
         result = cluster_listings(
             cfg,
             frame,
+            mapper,
             encoder,
             previous=previous,
             requested=inputs.requested,
             label_files=inputs.labels,
-            mapper=mapper,
         )
     finally:
         shutil.rmtree(out_dir / _PARTITIONS, ignore_errors=True)

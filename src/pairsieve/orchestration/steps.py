@@ -147,7 +147,7 @@ def cluster_step(
     and its judged pairs between unchanged titles are reused (`cluster.reuse`). Answered
     ``labels`` files tune the clustering to this catalog (`cluster.labelled`). ``map_spans``
     runs the partitions of the kNN search and of judging (`cluster.neighbours`,
-    `cluster.judge`; default: in memory here).
+    `cluster.judge`; default: one after the other in this process).
     """
     from pairsieve.cluster import stage as cluster
     from pairsieve.core import io

@@ -35,20 +35,21 @@ def test_mapped_signatures_and_banding_give_the_in_process_pairs(tmp_path: Path,
     monkeypatch.setattr(lsh, "SIGNATURE_PARTITION", 128)
     monkeypatch.setattr(lsh, "_TITLES_PER_SPAN", 100)
     monkeypatch.setattr(lsh, "_KEYS_PER_PARTITION", 2_000)
-    in_process = PairsieveConfig(cache_dir=str(tmp_path / "in-process"))
-    want, skipped, computed = candidates.minhash_pairs(in_process, match_text)
+    in_process = PairsieveConfig(cache_dir="")  # no cache to map from: signatures here
+    here = Mapper.local(tmp_path / "here")
+    want, skipped, computed = candidates.minhash_pairs(in_process, match_text, here)
     assert computed == match_text.n_unique() and len(want)
-    few = candidates.minhash_pairs(in_process, match_text, wanted)
+    few = candidates.minhash_pairs(in_process, match_text, here, wanted)
     assert 0 < len(few[0]) < len(want)
 
     cfg = PairsieveConfig(cache_dir=str(tmp_path / "cache"))
     cold = CountingMap()
-    found = candidates.minhash_pairs(cfg, match_text, mapper=Mapper(tmp_path / "p1", cold))
+    found = candidates.minhash_pairs(cfg, match_text, Mapper(tmp_path / "p1", cold))
     assert np.array_equal(found[0], want) and found[1:] == (skipped, computed)
     assert cold.spans[lsh.SIGNATURES_STEP] == -(-computed // 128)  # the cold cache's, 128 a span
     assert cold.spans[lsh.KEYS_STEP] == 7 and cold.spans[lsh.BUCKETS_STEP] > 1
 
     warm = CountingMap()
-    again = candidates.minhash_pairs(cfg, match_text, wanted, Mapper(tmp_path / "p2", warm))
+    again = candidates.minhash_pairs(cfg, match_text, Mapper(tmp_path / "p2", warm), wanted)
     assert np.array_equal(again[0], few[0]) and again[1:] == (few[1], 0)
     assert lsh.SIGNATURES_STEP not in warm.spans  # nothing to compute: no task

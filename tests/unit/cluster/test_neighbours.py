@@ -1,5 +1,5 @@
-"""The embedding signal's kNN search as a map over spans of titles: in memory, through a plan
-read back from disk, and in fresh single-thread processes, the same pairs."""
+"""The embedding signal's kNN search as a map over spans of titles: here, through a plan read
+back from disk, and in fresh single-thread processes, the pairs of one exact search."""
 
 from __future__ import annotations
 
@@ -23,20 +23,34 @@ def _vectors(n: int, seed: int = 0) -> np.ndarray:
 CFG = PairsieveConfig().with_(**{"cluster.knn_k": 5, "cluster.min_cosine": 0.5})
 
 
-def test_mapped_spans_find_the_pairs_of_one_search(tmp_path, monkeypatch):
+def brute_force_pairs(vectors: np.ndarray, k: int, min_cosine: float) -> np.ndarray:
+    """(m, 2) sorted i < j pairs of each vector with its k nearest others at min_cosine or
+    more, from the whole similarity matrix."""
+    sims = vectors @ vectors.T
+    np.fill_diagonal(sims, -np.inf)
+    nearest = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    rows = np.repeat(np.arange(len(vectors)), k)
+    cols = nearest.ravel()
+    keep = sims[rows, cols] >= min_cosine
+    pairs = np.sort(np.stack([rows[keep], cols[keep]], axis=1), axis=1)
+    return np.unique(pairs, axis=0)
+
+
+def test_mapped_spans_find_the_pairs_of_one_exact_search(tmp_path, monkeypatch):
     vectors = _vectors(400)
-    whole, _ = neighbours.knn_pairs(CFG, vectors)
+    whole, _ = neighbours.knn_pairs(CFG, vectors, neighbours.Mapper.local(tmp_path / "here"))
     assert len(whole) > 400 and (whole[:, 0] < whole[:, 1]).all()
+    assert np.array_equal(whole, brute_force_pairs(vectors, 5, 0.5))
     monkeypatch.setattr(neighbours, "KNN_QUERIES", 64)  # 7 spans
     mapper = neighbours.Mapper(tmp_path / "a", from_disk)
-    spanned, _ = neighbours.knn_pairs(CFG, vectors, mapper=mapper)
+    spanned, _ = neighbours.knn_pairs(CFG, vectors, mapper)
     assert np.array_equal(spanned, whole)
     assert sorted(p.name for p in (tmp_path / "a").glob("neighbours-*.npy"))[:2] == [
         "neighbours-0000000000.npy",
         "neighbours-0000000064.npy",
     ]
     rows = np.arange(0, 400, 3)  # only some titles' neighbours (a day-2 build's changed ones)
-    some, _ = neighbours.knn_pairs(CFG, vectors, rows=rows, mapper=mapper)
+    some, _ = neighbours.knn_pairs(CFG, vectors, mapper, rows=rows)
     assert np.isin(some, rows).any(axis=1).all() and len(some) < len(whole)
 
 
@@ -44,10 +58,10 @@ def test_single_thread_workers_find_the_same_pairs_as_this_process(tmp_path):
     """Fresh processes that read the plan from disk, with enough queries for faiss's BLAS path
     (the scores' thread independence itself: tests/unit/vectors/test_threads.py)."""
     vectors = _vectors(3_000, seed=1)
-    here, _ = neighbours.knn_pairs(CFG, vectors)
+    here, _ = neighbours.knn_pairs(CFG, vectors, neighbours.Mapper.local(tmp_path / "here"))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("OMP_NUM_THREADS", "1")
         env.setenv("OPENBLAS_NUM_THREADS", "1")
-        mapper = neighbours.Mapper(tmp_path, in_processes)
-        there, _ = neighbours.knn_pairs(CFG, vectors, mapper=mapper)
+        mapper = neighbours.Mapper(tmp_path / "there", in_processes)
+        there, _ = neighbours.knn_pairs(CFG, vectors, mapper)
     assert np.array_equal(here, there)

@@ -109,13 +109,14 @@ def test_pairs_between_settled_nodes_are_mapped_onto_todays_nodes(tmp_path):
     index = {lid: i for i, lid in enumerate(nodes[S.LISTING_ID].to_list())}
     settled = np.ones(len(nodes), dtype=bool)
     cfg = PairsieveConfig()
-    mapped = previous.pairs_between(nodes, settled, cfg).collect().sort("a", "b")
+    here = Mapper.local(tmp_path / "here")
+    mapped = previous.pairs_between(nodes, settled, cfg, here).collect().sort("a", "b")
     assert mapped.select("a", "b").rows() == sorted(
         [tuple(sorted((index["y"], index["z"]))), tuple(sorted((index["x"], index["y"])))]
     )
     assert set(mapped["score"]) == {0.05, 0.8}
     settled[index["z"]] = False
-    assert previous.pairs_between(nodes, settled, cfg).collect()["score"].to_list() == [0.8]
+    assert previous.pairs_between(nodes, settled, cfg, here).collect()["score"].to_list() == [0.8]
 
 
 @pytest.mark.parametrize("runs", [maps.from_disk, maps.in_processes])
@@ -144,7 +145,9 @@ def test_pairs_between_mapped_over_spans_of_the_previous_pairs_are_the_pairs_of_
     previous = PreviousClustering(frame, io.write_parquet(pairs, tmp_path / S.PAIRS_FILE))
     settled = rng.random(len(nodes)) < 0.8
     cfg = PairsieveConfig()
-    whole = previous.pairs_between(nodes, settled, cfg).collect()
+    reps = nodes[S.LISTING_ID].filter(pl.Series(settled))
+    plan = reuse.SettledTitles("", reps, np.flatnonzero(settled).astype(np.int64))
+    whole = reuse.between(plan, pl.read_parquet(tmp_path / S.PAIRS_FILE))  # one read, no map
     monkeypatch.setattr(reuse, "REUSE_ROWS", 64)  # eight spans
     mapper = Mapper(tmp_path / "partitions", runs)
     mapped = previous.pairs_between(nodes, settled, cfg, mapper).collect()
