@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import polars as pl
-from fit_copy_model import mined_inputs
 
 from pairsieve import schemas as S
 from pairsieve.config import MINE_QUERY_BATCH, MineConfig
 from pairsieve.mine import filters
+from pairsieve.mine.copy_model_fit import mined_inputs
 
 
 def filter_all(candidates, positives, info, cfg: MineConfig) -> tuple[float, dict[str, int]]:

@@ -13,8 +13,9 @@ and bare numbers, less so), how many words they share, and how far above the pos
 
     p_copy = sigmoid(logit(density) + intercept + sum(weight * feature))
 
-The weights are fitted offline on five labelled catalogs by ``benchmarks/fit_copy_model.py``
-and shipped in ``copy_model.json``: nothing is fitted at run time. The density enters with a
+The weights are fitted offline on five labelled catalogs by `mine.copy_model_fit` (run by
+``benchmarks/fit_copy_model.py``) and shipped in ``copy_model.json``: nothing is fitted at run
+time. The density enters with a
 fixed weight of 1 (a prior shift), so a catalog unlike the five is judged by its own evidence.
 """
 

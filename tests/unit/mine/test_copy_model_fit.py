@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from pairsieve.mine import judgement
-from tests.unit.benchmarks.scripts import benchmark_module
+from pairsieve.mine import copy_model_fit, judgement
 
 
 def _catalog(seed: int, n: int = 400) -> tuple[pl.DataFrame, float]:
@@ -30,13 +29,12 @@ def _catalog(seed: int, n: int = 400) -> tuple[pl.DataFrame, float]:
 
 
 def test_each_catalog_is_judged_by_a_model_fitted_without_it():
-    with benchmark_module("fit_copy_model") as fit_copy_model:
-        parts = {name: _catalog(seed) for seed, name in enumerate("abcd")}
-        models = fit_copy_model.leave_one_out(parts)
-        changed = dict(parts, a=_catalog(99))  # another catalog "a": its own model stays
-        again = fit_copy_model.leave_one_out(changed)
+    parts = {name: _catalog(seed) for seed, name in enumerate("abcd")}
+    models = copy_model_fit.leave_one_out(parts)
+    changed = dict(parts, a=_catalog(99))  # another catalog "a": its own model stays
+    again = copy_model_fit.leave_one_out(changed)
     assert again["a"] == models["a"]
     assert all(again[name] != models[name] for name in "bcd")
     for model in models.values():
         assert model.weights["conflict_model_code"] < 0 < model.weights["jaccard"]
-        assert model.keep_below in fit_copy_model.GRID and model.drop_above == 0.5
+        assert model.keep_below in copy_model_fit.GRID and model.drop_above == 0.5
