@@ -189,7 +189,7 @@ def embedding_throughput(catalog: pl.DataFrame) -> dict[str, float]:
         for label in ("cold", "warm"):
             started = time.perf_counter()
             with scratch_mapper() as mapper:
-                cluster.cluster_listings(cfg, catalog, mapper, encoder)
+                cluster.cluster_listings(cfg, catalog, mapper, cluster.Extras(encoder=encoder))
             out[f"embedding_path_{label}_listings_per_s"] = round(
                 len(catalog) / (time.perf_counter() - started), 1
             )

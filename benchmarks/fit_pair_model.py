@@ -50,7 +50,8 @@ class Run:
         truth = dict(zip(catalog[S.LISTING_ID], catalog[S.TRUE_PRODUCT_ID], strict=True))
         hidden = catalog.drop(S.TRUE_PRODUCT_ID, S.TRUE_PRODUCT_NAME, strict=False)
         with scratch_mapper() as mapper:
-            self.result = cluster.cluster_listings(cfg, hidden, mapper, features=self.features)
+            extras = cluster.Extras(features=self.features)
+            self.result = cluster.cluster_listings(cfg, hidden, mapper, extras)
         self.seconds = time.perf_counter() - started
         ids = self.result.frame[S.LISTING_ID].to_list()
         self.truth = [truth[x] for x in ids]

@@ -45,7 +45,7 @@ def compare(
         PairsieveError: ``missing_column`` when the truth or source column is absent.
     """
     from pairsieve.cluster.neighbours import scratch_mapper
-    from pairsieve.cluster.stage import cluster_listings
+    from pairsieve.cluster.stage import Extras, cluster_listings
 
     for column, knob in ((truth_column, "--truth-column"), (source_column, "--source-column")):
         if column is not None and column not in catalog.columns:
@@ -56,7 +56,8 @@ def compare(
     truth_by_id = dict(zip(ids, catalog[truth_column].cast(pl.String).to_list(), strict=True))
     with scratch_mapper() as mapper:
         hidden = catalog.drop(truth_column)
-        result = cluster_listings(cfg, hidden, mapper, encoder, label_files=labels)
+        extras = Extras(encoder=encoder, label_files=labels)
+        result = cluster_listings(cfg, hidden, mapper, extras)
     order = result.frame[S.LISTING_ID].to_list()
     truth = [truth_by_id[x] for x in order]
     source = None

@@ -229,20 +229,32 @@ def _nodes(
     return frame, nodes, [a.without_codes(common) for a in attrs]
 
 
-def _judge(  # noqa: PLR0913 - the stage's optional inputs
-    cfg: PairsieveConfig,
-    listings: pl.DataFrame,
-    encoder: Encoder | None,
-    features: dict[str, np.ndarray] | None,
-    previous: PreviousClustering | None,
-    requested: pl.DataFrame | None,
-    tuning: bool,
-    mapper: Mapper,
+@dataclass(frozen=True)
+class Extras:
+    """What a clustering may be given besides the catalog, the config and the map (see
+    `cluster_listings`)."""
+
+    encoder: Encoder | None = None
+    features: dict[str, np.ndarray] | None = None  # filled with the pair features, when given
+    previous: PreviousClustering | None = None
+    requested: pl.DataFrame | None = None
+    label_files: tuple[Path, ...] = ()
+
+
+def _judge(
+    cfg: PairsieveConfig, listings: pl.DataFrame, extras: Extras, mapper: Mapper
 ) -> _Judgement:
-    """Nodes, candidates and their judging (see `cluster_listings`). When ``tuning`` to
-    labels, every pair is judged afresh and can be judged again (``rejudge``); otherwise
-    nothing judging read is kept."""
+    """Nodes, candidates and their judging (see `cluster_listings`). When tuning to labels,
+    every pair is judged afresh and can be judged again (``rejudge``); otherwise nothing
+    judging read is kept."""
     c = cfg.cluster
+    tuning = bool(extras.label_files)
+    encoder, features, previous, requested = (
+        extras.encoder,
+        extras.features,
+        extras.previous,
+        extras.requested,
+    )
     timings: dict[str, float] = {}
     started = time.perf_counter()
     frame, nodes, attrs = _nodes(listings, c.max_bucket)
@@ -293,18 +305,12 @@ def _with_reused(scored: pl.LazyFrame, reused: pl.LazyFrame) -> pl.LazyFrame:
     return pl.concat([scored, reused.cast(scored.collect_schema())]).sort(key)
 
 
-def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
-    cfg: PairsieveConfig,
-    listings: pl.DataFrame,
-    mapper: Mapper,
-    encoder: Encoder | None = None,
-    features: dict[str, np.ndarray] | None = None,
-    previous: PreviousClustering | None = None,
-    requested: pl.DataFrame | None = None,
-    label_files: tuple[Path, ...] = (),
+def cluster_listings(
+    cfg: PairsieveConfig, listings: pl.DataFrame, mapper: Mapper, extras: Extras = Extras()
 ) -> Clustering:
     """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
-    runs the MinHash path alone (no encoder needed). ``features``, when given, receives the
+    runs the MinHash path alone (no encoder needed). Of the ``extras``: ``features``, when
+    given, receives the
     learned judge's pair features (rows of ``Clustering.scored``), for refitting it. With
     ``previous``, pairs between unchanged titles are reused from it and only pairs touching the
     others are generated and judged (`cluster.reuse`). ``requested`` listing pairs are judged
@@ -317,8 +323,8 @@ def cluster_listings(  # noqa: PLR0913 - the stage's optional inputs
     (`cluster.reuse`), on a runner or here (`Mapper.local`)."""
     c = cfg.cluster
     started = time.perf_counter()
-    tuning = bool(label_files)
-    judged = _judge(cfg, listings, encoder, features, previous, requested, tuning, mapper)
+    label_files, tuning = extras.label_files, bool(extras.label_files)
+    judged = _judge(cfg, listings, extras, mapper)
     details, timings = judged.details, judged.timings
     counts = judged.nodes["count"].to_numpy()
     accept, link, unjudged = c.accept_probability, resolved_link_threshold(c), c.unjudged_weight
@@ -426,15 +432,13 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
     out_dir.mkdir(parents=True, exist_ok=True)
     mapper = Mapper(out_dir / _PARTITIONS, map_spans or map_here)
     try:
-        result = cluster_listings(
-            cfg,
-            frame,
-            mapper,
-            encoder,
+        extras = Extras(
+            encoder=encoder,
             previous=previous,
             requested=inputs.requested,
             label_files=inputs.labels,
         )
+        result = cluster_listings(cfg, frame, mapper, extras)
     finally:
         shutil.rmtree(out_dir / _PARTITIONS, ignore_errors=True)
     products = products_frame(result)
