@@ -167,19 +167,27 @@ class _Rows:
     judging: MineConfig  # the mine settings mining used, the copy density resolved
 
 
-def _mine_rows(  # noqa: PLR0913 - the stage's inputs, where its dropped rows go, the map
+@dataclass(frozen=True)
+class _Read:
+    """The stage's inputs as read: distinct clicked (query, listing) pairs, listings, products."""
+
+    pairs: pl.DataFrame
+    listings: pl.DataFrame
+    products: pl.DataFrame
+
+
+def _mine_rows(
     cfg: PairsieveConfig,
-    pairs: pl.DataFrame,
-    listings: pl.DataFrame,
-    products: pl.DataFrame,
+    read: _Read,
     encoder: Encoder,
     previous: tuple[PreviousMining, int] | None,
     spill: Path,
     map_spans: MapSpans | None,
 ) -> _Rows:
-    """Mine the clicked ``pairs``: queries whose inputs did not change keep the previous build's
+    """Mine the clicked pairs: queries whose inputs did not change keep the previous build's
     rows, those that only gained clicks or were regrouped are refiltered, the rest are mined in
     partitions mapped with ``map_spans``; dropped rows come back as a scan of ``spill``'s parts."""
+    pairs, listings, products = read.pairs, read.listings, read.products
     none = pl.Series(S.QUERY, [], dtype=pl.String)
     plan, state = ReusePlan(none, none), None
     if previous is not None:
@@ -337,8 +345,8 @@ def _write(rows: _Rows, out_dir: Path, products: pl.DataFrame) -> dict[str, str]
     return outputs
 
 
-def _read_inputs(inputs: Inputs) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """(distinct clicked (query, listing) pairs, listings, products) of the stage's inputs.
+def _read_inputs(inputs: Inputs) -> _Read:
+    """The stage's inputs, read and checked.
 
     Raises:
         PairsieveError: ``missing_file``, ``missing_column`` or ``unknown_listing``.
@@ -349,7 +357,7 @@ def _read_inputs(inputs: Inputs) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFra
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
     clicks_name = "clicks" if isinstance(inputs.clicks, pl.DataFrame) else str(inputs.clicks)
     _check_known(pairs, listings, clicks_name)
-    return pairs, listings, products
+    return _Read(pairs, listings, products)
 
 
 def run(
@@ -373,14 +381,15 @@ def run(
     Raises:
         PairsieveError: ``missing_file``, ``missing_column`` or ``unknown_listing``.
     """
-    pairs, listings_df, products_df = _read_inputs(inputs)
+    read = _read_inputs(inputs)
+    pairs = read.pairs
     encoder = encoder or load_encoder(cfg.embed, cfg.cache_dir)
     out_dir = Path(out_dir)
     spill = out_dir / _SPILL
     spill.mkdir(parents=True, exist_ok=True)
     try:
-        rows = _mine_rows(cfg, pairs, listings_df, products_df, encoder, previous, spill, map_spans)
-        outputs = _write(rows, out_dir, listing_products(listings_df, products_df))
+        rows = _mine_rows(cfg, read, encoder, previous, spill, map_spans)
+        outputs = _write(rows, out_dir, listing_products(read.listings, read.products))
     finally:
         shutil.rmtree(spill)
     clicked = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
