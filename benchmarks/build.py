@@ -1,4 +1,4 @@
-"""End-to-end build of PriceRunner with its derived click log, per embedding backend (issue 8).
+"""End-to-end build of PriceRunner with its derived click log, per embedding backend.
 
 For each backend: a cold build (empty cache) timed stage by stage, its clustering scored against
 the ground truth, then a warm rebuild into a fresh folder with the same cache, which must embed

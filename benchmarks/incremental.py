@@ -1,4 +1,4 @@
-"""Day-2 incremental build against the full build it follows (issue 7).
+"""Day-2 incremental build against the full build it follows.
 
 A synthetic marketplace (`pairsieve.datasets.synth`) is split into day 1 and day 2: day 2 adds
 ``--new-share`` of the listings (picked by a hash of the listing id, so some are new copies of

@@ -1,6 +1,6 @@
 """Ingest benchmark: a generated 1,000,000-listing catalog with 5,000,000 click rows.
 
-Target (issue 2): under 60 s and under 3 GB peak RSS on the 2-core machine.
+Target: under 60 s and under 3 GB peak RSS on the 2-core machine.
 
 The default generator here is a fast vectorised stand-in (numpy indices into small vocabularies,
 joined by polars), not the realistic `pairsieve synth` marketplace: ingest cost depends on row

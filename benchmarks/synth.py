@@ -1,6 +1,6 @@
 """Synthetic marketplace benchmark: time and peak memory of `pairsieve synth` at ~1M listings.
 
-Target (issue 2): 1,000,000 listings well under a minute, memory bounded by the chunk, not the
+Target: 1,000,000 listings well under a minute, memory bounded by the chunk, not the
 total. The baseline, run in the same process, is the floor any generator pays: reading the
 written parquet back and writing it again with the project's settings.
 
