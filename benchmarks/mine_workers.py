@@ -29,7 +29,8 @@ from pathlib import Path
 
 from stage_memory import Peaks
 
-from pairsieve.config import load_config, parse_override
+from pairsieve.cli.app import parse_override
+from pairsieve.config import load_config
 from pairsieve.core.io import sha256_file
 from pairsieve.core.layout import RunLayout
 from pairsieve.orchestration import steps

@@ -29,7 +29,8 @@ from pathlib import Path
 import psutil
 from build import STAGES, run_stage
 
-from pairsieve.config import load_config, parse_override
+from pairsieve.cli.app import parse_override
+from pairsieve.config import load_config
 from pairsieve.datasets import synth
 
 INTERVAL_S = 0.1

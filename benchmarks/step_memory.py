@@ -40,7 +40,8 @@ from pathlib import Path
 
 import psutil
 
-from pairsieve.config import load_config, parse_override
+from pairsieve.cli.app import parse_override
+from pairsieve.config import load_config
 from pairsieve.core import partitions, progress
 
 INTERVAL_S = 0.05

@@ -38,8 +38,9 @@ import numpy as np
 from fit_pair_model import Run, fit  # noqa: E402 - the sibling benchmark's run and fit
 
 from pairsieve import schemas as S
+from pairsieve.cli.app import parse_override
 from pairsieve.cluster.judge import resolved_link_threshold
-from pairsieve.config import PairsieveConfig, parse_override
+from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
 from pairsieve.pair_model import calibration
 from pairsieve.pair_model import model as pair_model

@@ -421,10 +421,16 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+# Keys that were renamed: a config still using the old name is told the new one.
+RENAMED = {"cluster.verifier": "cluster.judge", "knn.shard_vectors": "knn.slice_vectors"}
+
+
 def _validation_error(exc: ValidationError, source: str) -> PairsieveError:
     first = exc.errors()[0]
     key = ".".join(str(p) for p in first["loc"])
     message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+    if key in RENAMED:
+        message = f"renamed: use {RENAMED[key]}"
     return PairsieveError(
         "bad_config", f"{message} (value {first.get('input')!r})", file=source, knob=key
     )
@@ -441,21 +447,6 @@ def build_config(
         return PairsieveConfig.model_validate(tree)
     except ValidationError as exc:
         raise _validation_error(exc, source) from None
-
-
-def parse_override(item: str) -> tuple[str, Any]:
-    """Parse a CLI ``--set key=value``; the value is read as TOML (``none`` unsets a knob),
-    else kept as a string."""
-    key, sep, raw = item.partition("=")
-    if not sep or not key.strip():
-        raise PairsieveError("bad_config", f"--set takes key=value, got {item!r}", knob=item)
-    if raw.strip().lower() in ("none", "null"):
-        return key.strip(), None
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw
-    return key.strip(), value
 
 
 def load_config(

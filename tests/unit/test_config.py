@@ -5,7 +5,8 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from pairsieve.cli import app
-from pairsieve.config import PairsieveConfig, load_config, parse_override
+from pairsieve.cli.app import parse_override
+from pairsieve.config import PairsieveConfig, load_config
 from pairsieve.config_docs import config_reference_markdown
 from pairsieve.errors import PairsieveError
 from tests.paths import REPO
@@ -37,6 +38,18 @@ def test_unknown_key_names_the_key(tmp_path):
         load_config(path)
     assert err.value.knob == "mine.num_negativez"
     assert err.value.file == str(path)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("cluster.verifier", "cluster.judge"), ("knn.shard_vectors", "knn.slice_vectors")],
+)
+def test_a_renamed_key_names_its_new_name(old, new):
+    value = "rule" if new == "cluster.judge" else 4096
+    with pytest.raises(PairsieveError) as err:
+        load_config(None, {old: value})
+    assert err.value.knob == old and f"renamed: use {new}" in str(err.value)
+    assert getattr(load_config(None, {new: value}), new.split(".")[0]) is not None
 
 
 def test_out_of_range_value_names_the_key():

@@ -6,6 +6,7 @@ import functools
 import json
 import os
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,7 +15,7 @@ import typer
 from rich.markup import escape
 
 from pairsieve import terminal
-from pairsieve.config import PairsieveConfig, load_config, parse_override
+from pairsieve.config import PairsieveConfig, load_config
 from pairsieve.errors import PairsieveError
 
 # Prefect's ephemeral API starts a local server on first use; on a busy 2-core machine it needs
@@ -32,6 +33,21 @@ for _key, _value in (
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 console = terminal.console
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """Parse a CLI ``--set key=value``; the value is read as TOML (``none`` unsets a knob),
+    else kept as a string."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise PairsieveError("bad_config", f"--set takes key=value, got {item!r}", knob=item)
+    if raw.strip().lower() in ("none", "null"):
+        return key.strip(), None
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip(), value
 
 
 def _print_version(value: bool) -> None:
