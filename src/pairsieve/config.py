@@ -407,7 +407,8 @@ class PairsieveConfig(Section):
 
     def with_(self, **changes: Any) -> PairsieveConfig:
         """A copy with dotted-key changes applied and validated (``{"mine.num_negatives": 3}``)."""
-        return build_config(self.model_dump(mode="json"), changes, source="overrides")
+        dumped = self.model_dump(mode="json")
+        return build_config(dumped, changes, source="overrides", changes_from="overrides")
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -426,6 +427,7 @@ RENAMED = {"cluster.verifier": "cluster.judge", "knn.shard_vectors": "knn.slice_
 
 
 def _validation_error(exc: ValidationError, source: str) -> PairsieveError:
+    """The first error, naming its key and where the key was set (``source``)."""
     first = exc.errors()[0]
     key = ".".join(str(p) for p in first["loc"])
     message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
@@ -437,16 +439,21 @@ def _validation_error(exc: ValidationError, source: str) -> PairsieveError:
 
 
 def build_config(
-    base: dict[str, Any], overrides: dict[str, Any] | None = None, source: str = "config"
+    base: dict[str, Any],
+    overrides: dict[str, Any] | None = None,
+    source: str = "config",
+    changes_from: str = "--set",
 ) -> PairsieveConfig:
-    """Validate a nested dict plus dotted-key overrides into a frozen config."""
+    """Validate a nested dict (read from ``source``) plus dotted-key ``overrides`` (given by
+    ``changes_from``) into a frozen config; an error names where its key was set."""
     tree = json.loads(json.dumps(base))
     for dotted, value in (overrides or {}).items():
         _set_dotted(tree, dotted, value)
     try:
         return PairsieveConfig.model_validate(tree)
     except ValidationError as exc:
-        raise _validation_error(exc, source) from None
+        key = ".".join(str(p) for p in exc.errors()[0]["loc"])
+        raise _validation_error(exc, changes_from if key in (overrides or {}) else source) from None
 
 
 def load_config(

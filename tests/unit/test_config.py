@@ -49,6 +49,7 @@ def test_a_renamed_key_names_its_new_name(old, new):
     with pytest.raises(PairsieveError) as err:
         load_config(None, {old: value})
     assert err.value.knob == old and f"renamed: use {new}" in str(err.value)
+    assert err.value.file == "--set"  # where the key was given, not the defaults
     assert getattr(load_config(None, {new: value}), new.split(".")[0]) is not None
 
 
