@@ -422,14 +422,17 @@ def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-# Keys that were renamed: a config still using the old name is told the new one.
+# Renamed keys: a config still using the old name is told the new one.
 RENAMED = {"cluster.verifier": "cluster.judge", "knn.shard_vectors": "knn.slice_vectors"}
 
 
-def _validation_error(exc: ValidationError, source: str) -> PairsieveError:
-    """The first error, naming its key and where the key was set (``source``)."""
+def _validation_error(
+    exc: ValidationError, source: str, overrides: dict[str, Any], changes_from: str
+) -> PairsieveError:
+    """The first error, naming its key and where it was set (in ``overrides`` or ``source``)."""
     first = exc.errors()[0]
     key = ".".join(str(p) for p in first["loc"])
+    source = changes_from if key in overrides else source
     message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
     if key in RENAMED:
         message = f"renamed: use {RENAMED[key]}"
@@ -446,14 +449,13 @@ def build_config(
 ) -> PairsieveConfig:
     """Validate a nested dict (read from ``source``) plus dotted-key ``overrides`` (given by
     ``changes_from``) into a frozen config; an error names where its key was set."""
-    tree = json.loads(json.dumps(base))
-    for dotted, value in (overrides or {}).items():
+    tree, overrides = json.loads(json.dumps(base)), overrides or {}
+    for dotted, value in overrides.items():
         _set_dotted(tree, dotted, value)
     try:
         return PairsieveConfig.model_validate(tree)
     except ValidationError as exc:
-        key = ".".join(str(p) for p in exc.errors()[0]["loc"])
-        raise _validation_error(exc, changes_from if key in (overrides or {}) else source) from None
+        raise _validation_error(exc, source, overrides, changes_from) from None
 
 
 def load_config(

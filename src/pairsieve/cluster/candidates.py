@@ -105,9 +105,8 @@ def minhash_pairs(
     if cfg.cache_dir:
         return lsh.minhash_pairs_mapped(cfg, titles, wanted, mapper)
     c, encoder = cfg.cluster, lsh.signature_encoder(cfg)
-    cache = minhash.SignatureCache(cfg.cache_dir, encoder.model_key) if cfg.cache_dir else None
     step = lsh.SIGNATURES_STEP
-    sig, stats = embed_texts(titles.to_list(), encoder, cache, lsh.SIGNATURE_PARTITION, step)
+    sig, stats = embed_texts(titles.to_list(), encoder, None, lsh.SIGNATURE_PARTITION, step)
     bands, rows = minhash.lsh_params(c.lsh_threshold, c.num_perm)
     pairs, skipped = minhash.lsh_pairs(sig, bands, rows, c.max_bucket, wanted)
     return pairs, skipped, stats.encoded

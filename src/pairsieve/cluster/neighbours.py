@@ -2,11 +2,11 @@
 
 A span is one search batch of `KNN_QUERIES` titles (a query's scores follow the batch it is
 searched in, so the spans are fixed counts, never a function of the number of workers) searched
-at a fixed thread count (`vectors.threads`): the pairs are the same whatever runs the spans. In
-this process the spans search the index in memory; given a `Mapper` (a build's cluster stage),
-the index is built slice by slice into a plan folder (`vectors.index_slices`), the vectors and the
-rows to search go beside it, and each span is a task on the build's runner (`core.partitions`)
-that reads its own rows and one slice at a time.
+at a fixed thread count (`vectors.threads`): the pairs are the same whatever runs the spans.
+The index is built slice by slice into a plan folder (`vectors.index_slices`), the vectors and
+the rows to search go beside it, and each span is a function of the plan (`core.partitions`)
+that reads its own rows and one slice at a time: a task on the build's runner, or a call here
+(`Mapper.local`), where the plan the process holds is used as it is.
 """
 
 from __future__ import annotations

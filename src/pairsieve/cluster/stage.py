@@ -310,8 +310,8 @@ def cluster_listings(
 ) -> Clustering:
     """Cluster a catalog frame (see module docstring); ``cfg.cluster.use_embeddings`` = False
     runs the MinHash path alone (no encoder needed). Of the ``extras``: ``features``, when
-    given, receives the
-    learned judge's pair features (rows of ``Clustering.scored``), for refitting it. With
+    given, receives the learned judge's pair features (rows of ``Clustering.scored``), for
+    refitting it. With
     ``previous``, pairs between unchanged titles are reused from it and only pairs touching the
     others are generated and judged (`cluster.reuse`). ``requested`` listing pairs are judged
     as candidates too (those touching a changed title, with ``previous``). ``label_files``

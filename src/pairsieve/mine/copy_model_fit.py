@@ -25,6 +25,7 @@ from scipy.optimize import minimize
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig
 from pairsieve.mine import filters, judgement
+from pairsieve.mine.kept_judgement import candidates_and_positives
 from pairsieve.mine.stage import listing_products
 from pairsieve.text import attributes as text
 
@@ -32,7 +33,6 @@ GRID = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12)
 TARGET = 0.02  # copies among the candidates the judgement keeps
 DROP_ABOVE = 0.5
 L2 = 1e-3
-_PAIR = [S.QUERY, S.POSITIVE_LISTING_ID]
 
 
 def mined_inputs(build: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -42,10 +42,7 @@ def mined_inputs(build: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame,
     products = pl.read_parquet(build / "cluster" / S.PRODUCTS_FILE)
     kept = pl.read_parquet(build / "mine" / S.NEGATIVES_FILE)
     dropped = pl.read_parquet(build / "mine" / S.NEGATIVES_DROPPED_FILE).drop(S.REASON)
-    rows = pl.concat([kept, dropped])
-    positives = rows.select(S.QUERY, S.POSITIVE_LISTING_ID, S.POSITIVE_SCORE).unique().sort(_PAIR)
-    candidates = rows.select(S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK).unique()
-    candidates = candidates.sort(S.QUERY, S.RANK)
+    candidates, positives = candidates_and_positives(pl.concat([kept, dropped]))
     return candidates, positives, listing_products(listings, products), listings
 
 

@@ -15,8 +15,8 @@ and bare numbers, less so), how many words they share, and how far above the pos
 
 The weights are fitted offline on five labelled catalogs by `mine.copy_model_fit` (run by
 ``benchmarks/fit_copy_model.py``) and shipped in ``copy_model.json``: nothing is fitted at run
-time. The density enters with a
-fixed weight of 1 (a prior shift), so a catalog unlike the five is judged by its own evidence.
+time. The density enters with a fixed weight of 1 (a prior shift), so a catalog unlike the
+five is judged by its own evidence.
 """
 
 from __future__ import annotations

@@ -20,6 +20,15 @@ from pairsieve.mine.filters import judged_rows
 _KEYS = [S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID]
 
 
+def candidates_and_positives(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What mining filtered, from its kept and dropped rows together: (candidates, positives),
+    each once, candidates in (query, rank) order and positives in (query, positive) order, as
+    `filters.judged_rows` takes them."""
+    candidates = rows.select(S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK).unique()
+    positives = rows.select(S.QUERY, S.POSITIVE_LISTING_ID, S.POSITIVE_SCORE).unique()
+    return candidates.sort(S.QUERY, S.RANK), positives.sort(S.QUERY, S.POSITIVE_LISTING_ID)
+
+
 def kept_judgement(
     negatives: Path, dropped: Path, products: pl.DataFrame, cfg: MineConfig
 ) -> pl.DataFrame:
@@ -30,10 +39,8 @@ def kept_judgement(
     columns = [*_KEYS, S.SCORE, S.RANK, S.POSITIVE_SCORE]
     kept = pl.read_parquet(negatives, columns=columns)
     others = pl.scan_parquet(dropped).select(columns).collect(engine="streaming")
-    rows = pl.concat([kept, others])
-    candidates = rows.select(S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK).unique()
-    positives = rows.select(S.QUERY, S.POSITIVE_LISTING_ID, S.POSITIVE_SCORE).unique()
-    scored = judged_rows(candidates.sort(S.QUERY, S.RANK), positives, products, cfg)
+    candidates, positives = candidates_and_positives(pl.concat([kept, others]))
+    scored = judged_rows(candidates, positives, products, cfg)
     return kept.select(_KEYS).join(
         scored.select(*_KEYS, S.P_COPY), on=_KEYS, how="inner", maintain_order="left"
     )

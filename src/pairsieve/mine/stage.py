@@ -169,11 +169,13 @@ class _Rows:
 
 @dataclass(frozen=True)
 class _Read:
-    """The stage's inputs as read: distinct clicked (query, listing) pairs, listings, products."""
+    """The stage's inputs as read: distinct clicked (query, listing) pairs, listings, products,
+    and `listing_products` of the last two (what the filters and the judgement read)."""
 
     pairs: pl.DataFrame
     listings: pl.DataFrame
     products: pl.DataFrame
+    info: pl.DataFrame
 
 
 def _mine_rows(
@@ -196,7 +198,7 @@ def _mine_rows(
     fresh = pairs.filter(~pl.col(S.QUERY).is_in(plan.reused.implode()))
     cache = shared_cache(cfg.cache_dir, encoder.model_key)
     embedded = embed_inputs(fresh[S.QUERY].to_list(), listings, encoder, cache)
-    positives, info = positive_table(fresh, embedded), listing_products(listings, products)
+    positives, info = positive_table(fresh, embedded), read.info
     cfg, density = _with_copy_density(cfg, pairs, embedded, info, encoder, cache)
     started = time.perf_counter()
     refiltered = None
@@ -357,7 +359,7 @@ def _read_inputs(inputs: Inputs) -> _Read:
     pairs = clicks.select(S.QUERY, S.LISTING_ID).unique()
     clicks_name = "clicks" if isinstance(inputs.clicks, pl.DataFrame) else str(inputs.clicks)
     _check_known(pairs, listings, clicks_name)
-    return _Read(pairs, listings, products)
+    return _Read(pairs, listings, products, listing_products(listings, products))
 
 
 def run(
@@ -389,7 +391,7 @@ def run(
     spill.mkdir(parents=True, exist_ok=True)
     try:
         rows = _mine_rows(cfg, read, encoder, previous, spill, map_spans)
-        outputs = _write(rows, out_dir, listing_products(read.listings, read.products))
+        outputs = _write(rows, out_dir, read.info)
     finally:
         shutil.rmtree(spill)
     clicked = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))
