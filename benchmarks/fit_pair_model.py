@@ -2,7 +2,8 @@
 
 Labels: PriceRunner's ground truth (a candidate node pair is positive when both titles' majority
 product is the same). Pairs an attribute vetoes are left out, as vetoes stay hard at run time.
-Logistic regression (scikit-learn, L2, C=1) on standardised features, stored unstandardised.
+The fit is the package's own (`pairsieve.pair_model.fit`): ridge logistic regression on
+standardised features, stored on the raw scale.
 
 Generalisation checks, printed as markdown:
 - category split: fit the coefficients and pick (accept_probability, link_threshold) on five
@@ -16,7 +17,6 @@ Usage: python benchmarks/fit_pair_model.py --data-root /work/shared/data [--writ
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -30,6 +30,7 @@ from pairsieve.cluster import stage as cluster
 from pairsieve.cluster.neighbours import scratch_mapper
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.scoring import score
+from pairsieve.pair_model import fit as pair_fit
 from pairsieve.pair_model import model as pair_model
 
 HALF_A = ("Mobile Phones", "TVs", "CPUs", "Digital Cameras", "Microwaves")
@@ -155,25 +156,9 @@ def _majority(nodes: np.ndarray, values: list) -> np.ndarray:
     return np.asarray(top["v"].to_list(), dtype=object)
 
 
-def fit(
-    x: np.ndarray, y: np.ndarray, names: tuple[str, ...], weight: np.ndarray | None = None
-) -> pair_model.PairModel:
-    """L2 logistic regression on standardised features (rows weighted by ``weight``), returned
-    on the raw feature scale."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
-
-    scaler = StandardScaler().fit(x, sample_weight=weight)
-    model = LogisticRegression(C=1.0, max_iter=5000)
-    model.fit(scaler.transform(x), y, sample_weight=weight)
-    coef = model.coef_[0] / scaler.scale_
-    intercept = float(model.intercept_[0] - np.sum(coef * scaler.mean_))
-    return pair_model.PairModel(names, coef, intercept)
-
-
 def fit_run(run: Run, names: tuple[str, ...], pairs: np.ndarray | None = None):
     keep = ~run.vetoed & run.labelled if pairs is None else ~run.vetoed & run.labelled & pairs
-    return fit(run.matrix(names)[keep], run.label[keep], names)
+    return pair_fit.fit(run.matrix(names)[keep], run.label[keep], names)
 
 
 def _row(s) -> str:
@@ -234,16 +219,7 @@ def main() -> None:
     print(f"| PriceRunner (all) | Abt-Buy | learned (defaults) | {_row(ab_learned)} |")
     print(f"| - | Abt-Buy | rule (defaults) | {_row(run_ab.rule_scores())} |")
     if args.write:
-        doc = {
-            "description": "Logistic regression P(same product) per candidate pair on raw "
-            "features; refit by benchmarks/fit_pair_model.py on PriceRunner candidate pairs "
-            "(attribute-vetoed pairs excluded), L2 C=1 on standardised features.",
-            "features": list(model.features),
-            "coef": [round(float(c), 6) for c in model.coef],
-            "intercept": round(model.intercept, 6),
-            "fitted_pairs": int((~run_pr.vetoed).sum()),
-        }
-        pair_model.MODEL_FILE.write_text(json.dumps(doc, indent=1) + "\n")
+        pair_fit.write(model, fitted_pairs=int((~run_pr.vetoed).sum()))
         print(f"wrote {pair_model.MODEL_FILE}")
 
 

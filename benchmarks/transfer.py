@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 from pathlib import Path
 
 import numpy as np
-from fit_pair_model import Run, fit  # noqa: E402 - the sibling benchmark's run and fit
+from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's run
 
 from pairsieve import schemas as S
 from pairsieve.cli.app import parse_override
@@ -44,6 +43,7 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
 from pairsieve.pair_model import calibration
 from pairsieve.pair_model import model as pair_model
+from pairsieve.pair_model.fit import equal_catalog_weights, fit, write_calibration
 
 PROBABILITIES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 LINKS = (0.1, 0.2, 0.3, 0.4, 0.5)
@@ -52,13 +52,6 @@ LINKS = (0.1, 0.2, 0.3, 0.4, 0.5)
 def held_out_splits(names: list[str]) -> list[tuple[list[str], str]]:
     """(the catalogs fitted on, the catalog measured) for each catalog in turn."""
     return [([n for n in names if n != held], held) for held in names]
-
-
-def equal_catalog_weights(kept: list[np.ndarray]) -> np.ndarray:
-    """Row weights over the kept rows of several catalogs (one bool mask each) with every
-    catalog weighing the same in total, scaled to a mean of 1."""
-    weight = np.concatenate([np.full(int(k.sum()), 1.0 / max(int(k.sum()), 1)) for k in kept])
-    return weight * len(weight) / weight.sum()
 
 
 def pooled_model(runs: dict[str, Run], fitted_on: list[str], names: tuple[str, ...]):
@@ -147,13 +140,6 @@ def calibration_table(runs: dict[str, Run], scores: dict[str, np.ndarray]) -> di
     print(f"\nECE of p_same, leave-one-out: worst {max(eces):.3f}, mean {np.mean(eces):.3f}")
     shipped = pooled_calibration(runs, list(runs), scores)
     return {**shipped.as_json(), "leave_one_out": tables}
-
-
-def write_calibration(spec: dict, path: Path = pair_model.MODEL_FILE) -> None:
-    """Store ``spec`` as the ``calibration`` entry of the shipped ``model.json``."""
-    model = json.loads(path.read_text())
-    model["calibration"] = spec
-    path.write_text(json.dumps(model, indent=1) + "\n")
 
 
 def _soft_vetoes(spec: str, runs: dict[str, Run]) -> tuple[str, ...]:

@@ -21,13 +21,14 @@ from pathlib import Path
 import numpy as np
 from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's run
 from scipy import sparse
-from transfer import benchmark_run, best_thresholds, equal_catalog_weights, held_out_splits
+from transfer import benchmark_run, best_thresholds, held_out_splits
 
 from pairsieve import schemas as S
 from pairsieve.cluster.judge import resolved_link_threshold
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets.benchmarks import BENCHMARKS
 from pairsieve.pair_model import model as pair_model
+from pairsieve.pair_model.fit import equal_catalog_weights
 
 COLUMNS = 1 << 18
 _WITH_UNIT = re.compile(r"^\d+(?:[.,]\d+)?([a-z]+)$")

@@ -18,25 +18,13 @@ in all (benchmarks/RESULTS.md, "labels tune the clustering").
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import minimize
 
+from pairsieve.core import logistic
 from pairsieve.pair_model.model import PairModel
 
 PRIOR_STRENGTH = 10.0  # precision of the Gaussian prior per standardised coefficient
 MIN_LABELS = 30  # labelled unvetoed pairs, of both answers, a refit needs
 FOLDS = 5  # of the cross-validation that decides whether a refit is offered
-
-
-def _standardised(prior: PairModel, features: dict[str, np.ndarray], weight: np.ndarray):
-    """(design matrix with a leading column of ones, its columns' means and scales): the
-    weighted mean and spread of each feature over the labelled pairs (scale 1 where a feature
-    does not vary, so its coefficient stays the prior's)."""
-    raw = np.column_stack([np.asarray(features[k], dtype=np.float64) for k in prior.features])
-    share = weight / weight.sum()
-    mean = share @ raw
-    scale = np.sqrt(share @ (raw - mean) ** 2)
-    scale = np.where(scale > 1e-9, scale, 1.0)
-    return np.column_stack([np.ones(len(raw)), (raw - mean) / scale]), mean, scale
 
 
 def refit(
@@ -56,19 +44,12 @@ def refit(
         return None
     w = np.asarray(weight, dtype=np.float64)
     w = w * (len(w) / w.sum())
-    x, mean, scale = _standardised(prior, features, w)
-    start = np.concatenate([[prior.intercept + prior.coef @ mean], prior.coef * scale])
-
-    def loss(beta: np.ndarray) -> tuple[float, np.ndarray]:
-        z = x @ beta
-        gap = beta - start
-        value = w @ (np.logaddexp(0.0, z) - label * z) + 0.5 * strength * gap @ gap
-        gradient = x.T @ (w * (1.0 / (1.0 + np.exp(-z)) - label)) + strength * gap
-        return float(value), gradient
-
-    beta = minimize(loss, start, jac=True, method="L-BFGS-B").x
-    coef = beta[1:] / scale
-    return PairModel(prior.features, coef, float(beta[0] - coef @ mean))
+    raw = np.column_stack([np.asarray(features[k], dtype=np.float64) for k in prior.features])
+    x, mean, scale = logistic.standardised(raw, w)
+    centre = np.concatenate([[prior.intercept + prior.coef @ mean], prior.coef * scale])
+    prior_on_scale = logistic.Penalty(centre, np.full(len(centre), strength))
+    coef, intercept = logistic.on_raw_scale(logistic.fit(x, label, w, prior_on_scale), mean, scale)
+    return PairModel(prior.features, coef, intercept)
 
 
 def _log_loss(p: np.ndarray, label: np.ndarray, weight: np.ndarray) -> float:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from scipy.optimize import minimize
 
 from pairsieve import schemas as S
 from pairsieve.config import MineConfig
+from pairsieve.core import logistic
 from pairsieve.mine import filters, judgement
 from pairsieve.mine.kept_judgement import candidates_and_positives
 from pairsieve.mine.stage import listing_products
@@ -32,7 +32,7 @@ from pairsieve.text import attributes as text
 GRID = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12)
 TARGET = 0.02  # copies among the candidates the judgement keeps
 DROP_ABOVE = 0.5
-L2 = 1e-3
+L2 = 1e-3  # the loss adds L2 * sum(weight ** 2) over the features' weights
 
 
 def mined_inputs(build: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -93,19 +93,7 @@ def fit(parts: dict[str, tuple[pl.DataFrame, float]]) -> judgement.CopyModel:
     ])  # fmt: skip
     w = np.concatenate([np.full(f.height, 1.0 / max(f.height, 1)) for f, _ in parts.values()])
     w /= w.sum()
-
-    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        z = offset + theta[0] + x @ theta[1:]
-        p = 1.0 / (1.0 + np.exp(-z))
-        eps = 1e-12
-        value = -np.sum(w * (y * np.log(p + eps) + (1 - y) * np.log(1 - p + eps)))
-        grad_z = w * (p - y)
-        grad = np.concatenate([[grad_z.sum()], x.T @ grad_z])
-        value += L2 * np.sum(theta[1:] ** 2)
-        grad[1:] += 2 * L2 * theta[1:]
-        return value, grad
-
-    theta = minimize(loss, np.zeros(len(names) + 1), jac=True, method="L-BFGS-B").x
+    theta = logistic.fit(x, y, w, logistic.Penalty.ridge(len(names), 2 * L2), offset)
     model = judgement.CopyModel(float(theta[0]), dict(zip(names, theta[1:].tolist(), strict=True)),
                                 GRID[0], DROP_ABOVE)  # fmt: skip
     keep = choose_keep_below(model, parts)

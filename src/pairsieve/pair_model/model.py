@@ -4,9 +4,10 @@ The hand-set acceptance rule (cosine >= 0.9 and Jaccard >= 0.5, or Jaccard >= 0.
 model code) leaves evidence unused: which words the titles share matters more than how many
 ("sony" is shared by thousands of titles, "a6500" by a handful), as does whether the shorter
 title is contained in the longer one. A logistic regression over the features below combines
-them. Its coefficients are fitted once, offline, by ``benchmarks/fit_pair_model.py`` on
-PriceRunner's candidate pairs (labels from its ground truth, attribute-vetoed pairs excluded, as
-vetoes stay hard) and shipped in ``model.json``: nothing is trained at run time. Every
+them. Its coefficients are fitted once, offline, by `pair_model.fit` (run by
+``benchmarks/fit_pair_model.py``) on PriceRunner's candidate pairs (labels from its ground
+truth, attribute-vetoed pairs excluded, as vetoes stay hard) and shipped in ``model.json``:
+nothing is trained at run time. Every
 feature is a ratio or a count relative to the catalog being clustered (IDF weights come from
 its own distinct titles), so no vocabulary of the training data is carried over.
 
