@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from experiment import QUERY_KEY
+from harness.runs import QUERY_KEY
 
 from pairsieve import schemas as S
 from pairsieve.core.hashing import column_keys

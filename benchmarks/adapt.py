@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's clustering run
+from harness.clustering import Run
 
 from pairsieve import schemas as S
 from pairsieve.cluster.judge import resolved_link_threshold

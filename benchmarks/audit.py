@@ -26,14 +26,13 @@ Prints a markdown block for benchmarks/RESULTS.md. Target: pairsieve's rate <= 1
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import time
 from pathlib import Path
 
-import numpy as np
 import polars as pl
+from harness.audit_data import NUM_NEGATIVES, st_dataset
 
 from pairsieve import schemas as S
 from pairsieve.audit import stage as audit
@@ -42,9 +41,7 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog, pricerunner
 from pairsieve.orchestration import steps
 from pairsieve.report import stage as report
-from pairsieve.vectors.embed import EmbeddingCache, bundled_model_path, embed_texts, load_encoder
-
-NUM_NEGATIVES = 5
+from pairsieve.vectors.embed import load_encoder
 
 
 def prepare_inputs(data: Path, work: Path, seed: int) -> tuple[Path, Path]:
@@ -54,68 +51,6 @@ def prepare_inputs(data: Path, work: Path, seed: int) -> tuple[Path, Path]:
     catalog.write_parquet(work / "catalog.parquet")
     clicks.write_parquet(work / "clicks.parquet")
     return work / "catalog.parquet", work / "clicks.parquet"
-
-
-def st_dataset(catalog_path: Path, clicks_path: Path, out: Path) -> tuple[Path, float]:
-    """sentence-transformers' own miner over the clicked pairs; returns (parquet, seconds)."""
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.util import mine_hard_negatives
-
-    if out.exists():
-        return out, 0.0
-    catalog = pl.read_parquet(catalog_path)
-    pairs = (
-        pl.read_parquet(clicks_path)
-        .select(S.QUERY, S.LISTING_ID)
-        .unique()
-        .join(catalog.select(S.LISTING_ID, S.TITLE), on=S.LISTING_ID)
-        .sort(S.QUERY, S.LISTING_ID)
-    )
-    dataset = Dataset.from_dict(
-        {S.ANCHOR: pairs[S.QUERY].to_list(), S.POSITIVE: pairs[S.TITLE].to_list()}
-    )
-    model = SentenceTransformer(bundled_model_path(), device="cpu")
-    model.max_seq_length = 64
-    corpus = catalog[S.TITLE].unique().sort().to_list()
-    cache_folder = out.parent / "st-cache"
-    seed_st_cache(model, dataset, corpus, cache_folder)
-    started = time.perf_counter()
-    mined = mine_hard_negatives(
-        dataset,
-        model,
-        corpus=corpus,
-        num_negatives=NUM_NEGATIVES,
-        output_format="n-tuple",
-        batch_size=128,
-        use_faiss=True,
-        cache_folder=str(cache_folder),
-        verbose=True,
-    )
-    seconds = time.perf_counter() - started
-    mined.to_parquet(str(out))
-    return out, seconds
-
-
-def seed_st_cache(model, dataset, corpus: list[str], folder: Path) -> None:
-    """Write pairsieve-cached vectors where `mine_hard_negatives(cache_folder=...)` looks for them
-    (its file names hash the model name, prompts and de-duplicated text lists, see
-    sentence_transformers/util/hard_negatives.py)."""
-    queries = list(dict.fromkeys(dataset[S.ANCHOR]))
-    full_corpus = list(dict.fromkeys(corpus + list(dataset[S.POSITIVE])))
-    name = model.model_card_data.base_model or ""
-    encoder = load_encoder(PairsieveConfig().embed)
-    cache = EmbeddingCache(PairsieveConfig().cache_dir, encoder.model_key)
-    folder.mkdir(parents=True, exist_ok=True)
-    for kind, texts in (("query", queries), ("corpus", full_corpus)):
-        digest = hashlib.sha256(
-            repr((name, None, None, texts)).encode(), usedforsecurity=False
-        ).hexdigest()
-        target = folder / f"{kind}_embeddings_{digest}.npy"
-        if not target.exists():
-            vectors, stats = embed_texts(texts, encoder, cache)
-            logging.info("%s: %s", kind, stats)
-            np.save(target, vectors)
 
 
 def pairsieve_build(cfg: PairsieveConfig, catalog: Path, clicks: Path, run_dir: Path) -> dict:

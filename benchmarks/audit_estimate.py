@@ -10,8 +10,8 @@ n-tuple layout (anchor, positive, negative_1..5) are made from its (query, click
   positive's product (drawn at random, seeded, among rows whose product has another title); the
   rest are the positive's nearest titles of other products by the bundled MiniLM (hard negatives
   that are truly different);
-* ``st-mined``: sentence-transformers' own `mine_hard_negatives` (the sibling benchmark
-  ``audit.py``'s `st_dataset`: no margin, only the positive's own text skipped).
+* ``st-mined``: sentence-transformers' own `mine_hard_negatives` (`harness.audit_data.st_dataset`,
+  as ``audit.py`` mines: no margin, only the positive's own text skipped).
 
 Each is audited as a user would (`pairsieve.audit.stage.run` with the catalog, no truth column),
 and its estimate (the mean ``p_same``), interval and cluster count are set beside the share of
@@ -32,8 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from audit import NUM_NEGATIVES, st_dataset  # noqa: E402 - the sibling benchmark
-from labels import with_truth  # noqa: E402 - the sibling benchmark
+from harness.audit_data import NUM_NEGATIVES, WITHIN_SHOP_TRUTH, st_dataset, with_truth
 
 from pairsieve import schemas as S
 from pairsieve.audit import stage as audit
@@ -44,7 +43,6 @@ from pairsieve.labels.pairs import ROWS, audit_pairs
 from pairsieve.report import stage as report
 from pairsieve.vectors.embed import embed_texts, load_encoder, shared_cache
 
-WITHIN_SHOP_TRUTH = ("pricerunner", "altosight", "alaska-cameras")
 PLANTED = (0.10, 0.30)
 NEIGHBOURS = 64  # nearest titles searched for the hard negatives of other products
 

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import psutil
-from mine_workers import cluster_arguments, dask_workers
-from stage_memory import Peaks
+from harness.peaks import Peaks
+from harness.workers import cluster_arguments, dask_workers
 
 from pairsieve.core.io import sha256_file
 from pairsieve.core.layout import RunLayout

@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's run
-from transfer import benchmark_run, held_out_splits, score_cells
+from harness.clustering import Run, benchmark_run, held_out_splits, score_cells
 
 from pairsieve import schemas as S
 from pairsieve.cluster.judge import resolved_link_threshold

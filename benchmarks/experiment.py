@@ -30,6 +30,7 @@ import sys
 from pathlib import Path
 
 import polars as pl
+from harness.runs import QUERY_KEY
 
 from pairsieve import schemas as S
 from pairsieve.core import io
@@ -40,7 +41,6 @@ from pairsieve.datasets.thinning import copy_share, thin_to_copy_share
 from pairsieve.experiment.data import load
 
 BIN = Path(sys.executable).parent
-QUERY_KEY = "query_key"  # a kept run's query, as `text_key` of its text
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:

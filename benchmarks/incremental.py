@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 import polars as pl
-from build import build  # benchmarks/build.py: every stage, timed
+from harness.stages import build
 
 from pairsieve import schemas as S
 from pairsieve.config import load_config

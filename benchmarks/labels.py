@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from harness.audit_data import WITHIN_SHOP_TRUTH, with_truth
 
 from pairsieve import schemas as S
 from pairsieve.cluster import stage as cluster
@@ -36,24 +37,6 @@ from pairsieve.datasets.benchmarks import benchmark
 from pairsieve.labels import estimate, sample
 from pairsieve.labels.pairs import GROUP, LINKED, ROWS, audit_pairs, candidate_pairs
 from pairsieve.report.labelled import estimates
-
-WITHIN_SHOP_TRUTH = ("pricerunner", "altosight", "alaska-cameras")
-
-
-def with_truth(pairs: pl.DataFrame, catalog: Path) -> pl.DataFrame:
-    """The audit's pairs with ``label``: the ground truth's answer (titles -> truth ids; a title
-    of several products takes its smallest listing's)."""
-    truth = (
-        pl.read_parquet(catalog)
-        .sort(S.LISTING_ID)
-        .unique(S.TITLE, keep="first", maintain_order=True)
-        .select(S.TITLE, pl.col(S.TRUE_PRODUCT_ID).cast(pl.String))
-    )
-    out = pairs
-    for text, alias in (("text_a", "_ta"), ("text_b", "_tb")):
-        out = out.join(truth.rename({S.TITLE: text, S.TRUE_PRODUCT_ID: alias}), on=text, how="left")
-    same = pl.col("_ta").is_not_null() & (pl.col("_ta") == pl.col("_tb"))
-    return out.with_columns(same.alias("label")).drop("_ta", "_tb")
 
 
 def summary(truth: float, found: list[estimate.Estimate]) -> dict:

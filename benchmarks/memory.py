@@ -1,7 +1,7 @@
 """Peak memory of ingest as the click log grows (1 M and 5 M rows), with and without the catalog.
 
-Two series, inputs from the vectorised generator of `benchmarks/ingest.py` (Pareto listing
-popularity, queries typed four ways per product, ~1% planted bad click rows), as parquet:
+Two series, inputs from the vectorised generator `ingest.py` uses (`harness.fast_inputs`: Pareto
+listing popularity, queries typed four ways per product, ~1% planted bad click rows), as parquet:
 
 - **same catalog** (the headline): 1 M and 5 M click rows against one catalog of ``--listings``
   listings, so the only thing that grows is the number of raw click rows. If ingest streams the
@@ -30,11 +30,9 @@ import time
 from argparse import SUPPRESS
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness.fast_inputs import generate_fast
 
-from ingest import generate_fast  # noqa: E402 - the sibling benchmark's generator
-
-from pairsieve.core.memory import ingest_need_mb  # noqa: E402
+from pairsieve.core.memory import ingest_need_mb
 from pairsieve.ingest import rules
 from pairsieve.ingest import stage as ingest
 

@@ -31,7 +31,8 @@ from pairsieve.datasets.pricerunner import load_catalog
 from pairsieve.mine import deepen
 from pairsieve.mine import stage as mine
 from pairsieve.mine.retrieval import Embedded, build_retrieval, embed_inputs, positive_table
-from pairsieve.vectors.embed import EmbeddingCache, load_encoder
+from pairsieve.vectors.embed import load_encoder
+from pairsieve.vectors.embedding_cache import EmbeddingCache
 
 DIM = 384
 

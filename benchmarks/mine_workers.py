@@ -20,14 +20,13 @@ on links to those two stages:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-from stage_memory import Peaks
+from harness.peaks import Peaks
+from harness.workers import cluster_arguments, dask_workers
 
 from pairsieve.cli.app import parse_override
 from pairsieve.config import load_config
@@ -45,32 +44,6 @@ def fresh_run(source: Path, folder: Path) -> Path:
     for stage in ("ingest", "cluster"):
         (folder / stage).symlink_to((source / stage).resolve())
     return folder
-
-
-@contextlib.contextmanager
-def dask_workers(workers: int, memory_limit: str) -> Iterator[tuple[str, list[int]]]:
-    """A `LocalCluster` of ``workers`` processes, one thread and ``memory_limit`` each: its
-    scheduler's address and the workers' pids, to sample."""
-    from distributed import Client, LocalCluster
-
-    with (
-        LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit
-        ) as cluster,
-        Client(cluster) as client,
-    ):
-        yield cluster.scheduler_address, sorted(client.run(os.getpid).values())
-
-
-def cluster_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of a run against `dask_workers`: the cache, where it works, the workers,
-    build settings and where the figures go."""
-    parser.add_argument("--cache", type=Path, required=True)
-    parser.add_argument("--work", type=Path, required=True)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--memory-limit", default="4GB")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--json", type=Path, default=None)
 
 
 def mine_arm(arm: str, cfg, run_dir: Path, worker_pids: list[int]) -> dict:

@@ -5,9 +5,9 @@ partition (each partition in a fresh spawned process, as on a worker).
     .venv/bin/python benchmarks/placement.py --rows 4000000 --products 1000000 \
         --partition-rows 1048576
 
-The rows are `shards.py`'s synthetic Zipf-like rows (5 negatives, ~2 rows per query); blocks
-of 32, no per-product cap. Both arms run in this process one after the other, the one-partition
-arm first.
+The rows are the synthetic Zipf-like rows `shards.py` plans (`harness.shard_rows`: 5 negatives, ~2
+rows per query); blocks of 32, no per-product cap. Both arms run in this process one after the
+other, the one-partition arm first.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from shards import synthetic_rows
+from harness.shard_rows import synthetic_rows
 
 from pairsieve.config import build_config
 from pairsieve.shards import placement

@@ -2,11 +2,11 @@
 
     .venv/bin/python benchmarks/shards.py --rows 1000000 --products 250000
 
-Synthetic Zipf-like rows (product weight ~ 1/rank^0.8, 5 negatives drawn the same way, two rows per
-query on average). Baseline, in the same process: the same greedy fed in round-robin order (every
-product's first row, then every second row ...), which front-loads the diverse rows and leaves head
-products to the end. Then the full `shards.run` (polars joins, hashing, planning, parquet writes)
-on generated tables of the same size.
+Synthetic Zipf-like rows (`harness.shard_rows`: product weight ~ 1/rank^0.8, 5 negatives drawn the
+same way, two rows per query on average). Baseline, in the same process: the same greedy fed in
+round-robin order (every product's first row, then every second row ...), which front-loads the
+diverse rows and leaves head products to the end. Then the full `shards.run` (polars joins, hashing,
+planning, parquet writes) on generated tables of the same size.
 """
 
 from __future__ import annotations
@@ -17,22 +17,12 @@ import time
 
 import numpy as np
 import polars as pl
+from harness.shard_rows import synthetic_rows
 
 from pairsieve import schemas as S
 from pairsieve.config import build_config
 from pairsieve.shards import batching
 from pairsieve.shards import stage as shards
-
-
-def synthetic_rows(n: int, n_products: int, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    weights = 1 / np.arange(1, n_products + 1) ** 0.8
-    weights /= weights.sum()
-    positive = rng.choice(n_products, n, p=weights).astype(np.int64)
-    negatives = rng.choice(n_products, (n, 5), p=weights).astype(np.int64)
-    groups = rng.integers(0, n // 2, n)
-    keys = rng.integers(0, 2**63, n).astype(np.uint64)
-    return positive, negatives, groups, keys
 
 
 def round_robin_plan(positive, negatives, groups, keys, batch_size):

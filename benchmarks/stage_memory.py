@@ -22,47 +22,16 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import psutil
-from build import STAGES, run_stage
+from harness.peaks import Peaks
+from harness.stages import STAGES, run_stage
 
 from pairsieve.cli.app import parse_override
 from pairsieve.config import load_config
 from pairsieve.datasets import synth
-
-INTERVAL_S = 0.1
-
-
-class Peaks(threading.Thread):
-    """Samples the resident set of each of some processes every `INTERVAL_S` and keeps each
-    one's peak, in bytes, with when it came (`time.perf_counter`)."""
-
-    def __init__(self, pids: list[int]) -> None:
-        super().__init__(daemon=True)
-        self.processes = [psutil.Process(pid) for pid in pids]
-        self.peaks = {pid: (0, 0.0) for pid in pids}
-        self.running = True
-
-    def run(self) -> None:
-        while self.running:
-            now = time.perf_counter()
-            for process in self.processes:
-                try:
-                    rss = process.memory_info().rss
-                except psutil.NoSuchProcess:
-                    continue
-                if rss > self.peaks[process.pid][0]:
-                    self.peaks[process.pid] = (rss, now)
-            time.sleep(INTERVAL_S)
-
-    def stop(self) -> dict[int, tuple[int, float]]:
-        """Stop sampling; each process's (peak bytes, when)."""
-        self.running = False
-        self.join()
-        return self.peaks
 
 
 def measure_stage(stage: str, cfg, data: Path, run_dir: Path) -> dict:

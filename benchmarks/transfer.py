@@ -9,7 +9,7 @@ measured, beside today's default (the shipped model.json and default thresholds)
 candidates. Two-shop catalogs (Abt-Buy, Walmart-Amazon) are scored on cross-shop pairs and
 contribute only cross-shop pairs as training labels: their truth says nothing inside a shop.
 
-No catalog's labels are seen while it is measured (`held_out_splits`, tested).
+No catalog's labels are seen while it is measured (`harness.clustering.held_out_splits`, tested).
 
 ``--soft-vetoes low_information,pixels_conflict`` takes those attribute vetoes as features of
 the pair model instead of decisions (``all``: every veto), to measure what the hard rules cost.
@@ -29,12 +29,11 @@ Usage: python benchmarks/transfer.py --data-root ../shared/data [--soft-vetoes R
 from __future__ import annotations
 
 import argparse
-import itertools
 import time
 from pathlib import Path
 
 import numpy as np
-from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's run
+from harness.clustering import Run, benchmark_run, best_thresholds, held_out_splits, score_cells
 
 from pairsieve import schemas as S
 from pairsieve.cli.app import parse_override
@@ -44,14 +43,6 @@ from pairsieve.datasets.benchmarks import BENCHMARKS
 from pairsieve.pair_model import calibration
 from pairsieve.pair_model import model as pair_model
 from pairsieve.pair_model.fit import equal_catalog_weights, fit, write_calibration
-
-PROBABILITIES = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-LINKS = (0.1, 0.2, 0.3, 0.4, 0.5)
-
-
-def held_out_splits(names: list[str]) -> list[tuple[list[str], str]]:
-    """(the catalogs fitted on, the catalog measured) for each catalog in turn."""
-    return [([n for n in names if n != held], held) for held in names]
 
 
 def pooled_model(runs: dict[str, Run], fitted_on: list[str], names: tuple[str, ...]):
@@ -69,22 +60,6 @@ def pick_thresholds(
     """`best_thresholds` for a pair model's probabilities."""
     probability = {name: model.probability(runs[name].features) for name in fitted_on}
     return best_thresholds(runs, fitted_on, probability, min_precision, unjudged)
-
-
-def best_thresholds(
-    runs, fitted_on, probability: dict, min_precision: float, unjudged: tuple[float, ...]
-) -> tuple[float, float, float]:
-    """(accept_probability, link_threshold, unjudged_weight) with the best mean pairwise F1
-    over ``fitted_on`` (pair probabilities ``probability[name]``) among those keeping every one
-    of them at ``min_precision`` (all combinations when none does)."""
-    grid = []
-    for accept, link, weight in itertools.product(PROBABILITIES, LINKS, unjudged):
-        scores = [runs[n].scores(probability[n], accept, link, unjudged=weight) for n in fitted_on]
-        precise = min(s.pairwise_precision for s in scores) >= min_precision
-        f1 = float(np.mean([s.pairwise_f1 for s in scores]))
-        grid.append((precise, f1, accept, link, weight))
-    best = max(grid)
-    return best[2], best[3], best[4]
 
 
 def pooled_calibration(
@@ -149,18 +124,6 @@ def _soft_vetoes(spec: str, runs: dict[str, Run]) -> tuple[str, ...]:
         *(set(r.scored[S.VETO_REASON].drop_nulls().unique()) for r in runs.values())
     )
     return tuple(sorted(found))
-
-
-def score_cells(s) -> str:
-    """Pairwise P, R, F1 and B-cubed F1 of a score, as markdown table cells."""
-    pair = f"{s.pairwise_precision:.3f} | {s.pairwise_recall:.3f} | **{s.pairwise_f1:.3f}**"
-    return f"{pair} | {s.bcubed_f1:.3f}"
-
-
-def benchmark_run(cfg: PairsieveConfig, bench, data_root: Path) -> Run:
-    """The clustering run of one benchmark catalog, truth hidden; a two-shop catalog's pairs are
-    labelled and scored across shops only."""
-    return Run(cfg, bench.load(data_root), S.SELLER_ID if bench.cross_source else None)
 
 
 def main() -> None:

@@ -6,7 +6,8 @@ The pair model gains one 0/1 column per word class found in exactly one of the t
 digits "#code"; bare numbers "#num"), hashed into 2^18 columns, beside today's 15 features
 (standardised). Fitted as `transfer.py` fits (L2 logistic regression on the labelled, unvetoed
 candidate pairs of four catalogs, each weighing the same; thresholds picked on those four with
-`transfer.best_thresholds`), measured on the fifth, for ``--c`` (the inverse L2 strength) given.
+`harness.clustering.best_thresholds`), measured on the fifth, for ``--c`` (the inverse L2
+strength) given.
 
 Usage: python benchmarks/word_differences.py --data-root ../shared/data [--c 0.3 0.02]
 """
@@ -19,9 +20,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
-from fit_pair_model import Run  # noqa: E402 - the sibling benchmark's run
+from harness.clustering import Run, benchmark_run, best_thresholds, held_out_splits
 from scipy import sparse
-from transfer import benchmark_run, best_thresholds, held_out_splits
 
 from pairsieve import schemas as S
 from pairsieve.cluster.judge import resolved_link_threshold

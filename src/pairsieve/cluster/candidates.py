@@ -17,9 +17,10 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.cluster import lsh
-from pairsieve.cluster.neighbours import Mapper, knn_pairs
+from pairsieve.cluster.neighbours import knn_pairs
 from pairsieve.cluster.reuse import touching
 from pairsieve.config import PairsieveConfig
+from pairsieve.core.partitions import Mapper
 from pairsieve.errors import PairsieveError
 from pairsieve.text import attributes as text
 from pairsieve.text import match
@@ -151,20 +152,30 @@ def _embed(
     return vectors, {"embedded": stats.encoded, "embedding_cache_hits": stats.cache_hits}
 
 
+@dataclass(frozen=True)
+class FromPrevious:
+    """What a previous build spares the search for candidates: which nodes still need their
+    pairs generated (``unsettled``; None: every node, as in a full build) and its kNN index's
+    IVF layout, whose training is spared while its centroids fit."""
+
+    unsettled: np.ndarray | None = None
+    ivf: knn.IvfLayout | None = None
+
+
 def embedding_candidates(
     cfg: PairsieveConfig,
     nodes: pl.DataFrame,
     encoder: Encoder | None,
-    unsettled: np.ndarray | None,
-    previous: knn.IvfLayout | None,
+    spared: FromPrevious,
     mapper: Mapper,
 ) -> tuple[np.ndarray, np.ndarray, knn.IvfLayout | None, dict]:
-    """kNN pairs touching an unsettled node (all when None), the node vectors, the index's
-    `knn.IvfLayout` (built on ``previous`` while its centroids fit), and what was embedded and
-    trained; the search is mapped with ``mapper`` (`cluster.neighbours`)."""
+    """kNN pairs touching an unsettled node, the node vectors, the index's `knn.IvfLayout`
+    (built on the previous one while its centroids fit), and what was embedded and trained;
+    the search is mapped with ``mapper`` (`cluster.neighbours`)."""
     from pairsieve.core.hashing import text_keys
     from pairsieve.vectors import knn
 
+    unsettled, previous = spared.unsettled, spared.ivf
     titles = nodes[S.TITLE].to_list()
     vectors, details = _embed(cfg, titles, encoder)
     rows = None if unsettled is None else np.flatnonzero(unsettled)
@@ -237,19 +248,18 @@ def node_pairs(frame: pl.DataFrame, pairs: pl.DataFrame) -> np.ndarray:
     return np.column_stack(ends) if ends[0].size else np.zeros((0, 2), dtype=np.int64)
 
 
-def generate(  # noqa: PLR0913 - the catalog, what is settled, where the search may be mapped
+def generate(
     cfg: PairsieveConfig,
     nodes: pl.DataFrame,
     attrs: list[text.Attributes],
     encoder: Encoder | None,
-    unsettled: np.ndarray | None,
-    previous_ivf: knn.IvfLayout | None,
+    spared: FromPrevious,
     mapper: Mapper,
 ) -> Candidates:
-    """Every signal's pairs touching an ``unsettled`` node (all pairs when None), combined;
-    ``previous_ivf`` spares the kNN index's IVF training while its centroids fit, and
-    ``mapper`` maps the signatures the cache lacks and the kNN search (`cluster.neighbours`)."""
+    """Every signal's pairs touching a node ``spared`` leaves unsettled, combined; ``mapper``
+    maps the signatures the cache lacks and the kNN search (`cluster.neighbours`)."""
     c = cfg.cluster
+    unsettled = spared.unsettled
     started = time.perf_counter()
     details: dict[str, Any] = {}
     found: dict[str, np.ndarray] = {}
@@ -265,7 +275,7 @@ def generate(  # noqa: PLR0913 - the catalog, what is settled, where the search 
     vectors = ivf = None
     if c.use_embeddings:
         embedded, vectors, ivf, embed_details = embedding_candidates(
-            cfg, nodes, encoder, unsettled, previous_ivf, mapper
+            cfg, nodes, encoder, spared, mapper
         )
         found["embedding"] = pair_codes(embedded)
         del embedded

@@ -8,7 +8,6 @@ part that decides which pairs may ever join, and the part its tests check pair b
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from pairsieve.cluster.attribute_columns import (
 from pairsieve.config import ClusterConfig, PairsieveConfig
 from pairsieve.core import io, partitions, progress
 from pairsieve.core.partitions import Span
+from pairsieve.core.plans import Plan
 from pairsieve.errors import PairsieveError
 from pairsieve.pair_model import model as pair_model
 from pairsieve.text import attributes as text
@@ -34,7 +34,7 @@ from pairsieve.text import attributes as text
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
 
-    from pairsieve.cluster.neighbours import Mapper
+    from pairsieve.core.partitions import Mapper
 
 INFORMATIVE = "_informative"  # node column: the title carries a brand, model or attribute token
 _JUDGE_CHUNK = 1 << 20  # candidates judged at a time (a mapped span): progress, a bounded peak
@@ -91,23 +91,30 @@ def pair_cosines(candidates: pl.DataFrame, vectors: np.ndarray) -> np.ndarray:
     return pair_scores(vectors, a, vectors, b).clip(-1, 1)
 
 
-def judging(  # noqa: PLR0913 - what a judgement reads
+def best_cosines(
+    candidates: pl.DataFrame, cosine: np.ndarray | None, n_nodes: int
+) -> np.ndarray | None:
+    """Each node's best cosine over all the candidate pairs (`pair_model.best_cosines`), from
+    every candidate's cosine (`pair_cosines`); None without embeddings."""
+    if cosine is None:
+        return None
+    a = candidates["a"].to_numpy().astype(np.int64, copy=False)
+    b = candidates["b"].to_numpy().astype(np.int64, copy=False)
+    return pair_model.best_cosines(n_nodes, a, b, cosine)
+
+
+def judging(
     cfg: ClusterConfig,
-    candidates: pl.DataFrame,
     nodes: pl.DataFrame,
     attrs: list[text.Attributes],
-    cosine: np.ndarray | None,
+    best: np.ndarray | None,
     model: pair_model.PairModel | None = None,
     neighbours: csr_matrix | None = None,
 ) -> Judging:
-    """What every chunk of the candidates is judged with (`Judging`), given every candidate's
-    cosine (`pair_cosines`; None without embeddings), the learned pair model (None: shipped) and
-    the candidate graph its `pair_model.NEIGHBOUR_FEATURES` read (None: not read)."""
-    best = None
-    if cosine is not None:
-        a = candidates["a"].to_numpy().astype(np.int64, copy=False)
-        b = candidates["b"].to_numpy().astype(np.int64, copy=False)
-        best = pair_model.best_cosines(len(attrs), a, b, cosine)
+    """What every chunk of the candidates is judged with (`Judging`), given each node's best
+    cosine over all candidates (`best_cosines`; None without embeddings), the learned pair
+    model (None: shipped) and the candidate graph its `pair_model.NEIGHBOUR_FEATURES` read
+    (None: not read)."""
     columns = AttributeColumns(attrs)
     informative = nodes[INFORMATIVE].to_numpy()
     brands, lifted = _brand_ids(nodes), lifted_vetoes(cfg)
@@ -152,39 +159,14 @@ JUDGE_STEP = "judging candidate pairs"
 
 
 @dataclass(frozen=True)
-class JudgePlan:
+class JudgePlan(Plan):
     """What every span of a mapped judging reads: the attributes and the best cosines
-    (`Judging`), the candidates sorted by (a, b), so that a span is a range of the pairs'
-    smaller node, and their cosines."""
+    (`Judging`, pickled for workers), the candidates sorted by (a, b), so that a span is a
+    range of the pairs' smaller node, and their cosines."""
 
     context: Judging
     candidates: pl.DataFrame | pl.LazyFrame
     cosine: np.ndarray | None
-
-    def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` (for workers in other processes: the encoded
-        attributes are pickled) and hold it in this process, whose spans use it as it is."""
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "context.pickle", "wb") as out:
-            pickle.dump(self.context, out, protocol=pickle.HIGHEST_PROTOCOL)
-        io.write_parquet(self.candidates, folder / "candidates.parquet")
-        if self.cosine is not None:
-            np.save(folder / "cosine.npy", self.cosine)
-        partitions.hold(folder, self)
-        return folder
-
-    @staticmethod
-    def read(folder: Path) -> JudgePlan:
-        """The plan in ``folder``: the candidates scanned and the cosines memory-mapped (a
-        span reads its own rows)."""
-        with open(folder / "context.pickle", "rb") as source:
-            context = pickle.load(source)
-        cosine = folder / "cosine.npy"
-        return JudgePlan(
-            context,
-            pl.scan_parquet(folder / "candidates.parquet"),
-            np.load(cosine, mmap_mode="r") if cosine.exists() else None,
-        )
 
 
 def judge_span(plan: str, span: Span, cfg: Any) -> str:
@@ -213,10 +195,7 @@ def judge_mapped(
     folder = mapper.folder / "judge-plan"
     JudgePlan(context, candidates, cosine).write(folder)
     spans = partitions.spans(len(candidates), _JUDGE_CHUNK)
-    try:
-        return mapper.map_spans(judge_span, str(folder), spans, cfg, JUDGE_STEP)
-    finally:
-        partitions.forget(folder)
+    return mapper.run(judge_span, folder, spans, cfg, JUDGE_STEP)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ judging per distinct (lifted vetoes, pair model).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster import linkage
 from pairsieve.cluster.candidates import NODE, listing_nodes
-from pairsieve.cluster.judge import judge, judging, resolved_link_threshold
+from pairsieve.cluster.judge import best_cosines, judge, judging, resolved_link_threshold
 from pairsieve.config import ClusterConfig
 from pairsieve.errors import PairsieveError
 from pairsieve.labels import adapt, refit, sample
@@ -51,20 +51,22 @@ class Rejudge:
     attrs: list
     cosine: np.ndarray
     graph: csr_matrix | None = None
+    best: np.ndarray | None = field(init=False)  # each node's best cosine, for every judging
+
+    def __post_init__(self) -> None:
+        self.best = best_cosines(self.candidates, self.cosine, len(self.attrs))
 
     def __call__(self, lifted: tuple[str, ...], model: PairModel | None = None) -> pl.DataFrame:
         """Every candidate judged with the vetoes ``lifted`` by ``model`` (None: shipped)."""
         cfg = self.cfg.model_copy(update={"lifted_vetoes": lifted})
         graph = self.graph if model is not None else None
-        context = judging(cfg, self.candidates, self.nodes, self.attrs, self.cosine, model, graph)
+        context = judging(cfg, self.nodes, self.attrs, self.best, model, graph)
         return judge(context, self.cosine, self.candidates)
 
     def features(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The pair model's features of the candidates ``rows`` (a node's best cosine and
         neighbours are still over all candidates)."""
-        context = judging(
-            self.cfg, self.candidates, self.nodes, self.attrs, self.cosine, None, self.graph
-        )
+        context = judging(self.cfg, self.nodes, self.attrs, self.best, None, self.graph)
         found: dict[str, np.ndarray] = {}
         judge(context, self.cosine[rows], self.candidates[rows], found)
         return found

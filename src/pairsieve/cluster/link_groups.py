@@ -14,7 +14,6 @@ catalog whose signals chain everything together shows itself there first.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +25,11 @@ import polars as pl
 from pairsieve.cluster.linkage import Cells, link_cells, merge_cells
 from pairsieve.core import io, partitions
 from pairsieve.core.partitions import Span
+from pairsieve.core.plans import Plan
+from pairsieve.labels.adapt import Setting
 
 if TYPE_CHECKING:
-    from pairsieve.cluster.neighbours import Mapper
+    from pairsieve.core.partitions import Mapper
 
 log = logging.getLogger(__name__)
 
@@ -38,40 +39,20 @@ _COLUMNS = ("lo", "hi", "weight", "judged", "vetoed", "component")
 
 
 @dataclass(frozen=True)
-class LinkPlan:
-    """What every group reads: the cells ordered by component (held, or scanned from the plan
-    folder by a worker, which reads its own rows), the listings per node and the two knobs of
-    the linkage."""
+class LinkPlan(Plan):
+    """What every group reads: the cells ordered by component, as a table (held, or scanned
+    from the plan folder by a worker, which reads its own rows), the listings per node and the
+    two knobs of the linkage."""
 
-    cells: Cells | pl.LazyFrame
+    cells: pl.DataFrame | pl.LazyFrame
     counts: np.ndarray
     link_threshold: float
     unjudged_weight: float
 
-    def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` and hold it in this process."""
-        folder.mkdir(parents=True, exist_ok=True)
-        table = pl.DataFrame({name: getattr(self.cells, name) for name in _COLUMNS})
-        io.write_parquet(table, folder / "cells.parquet")
-        np.save(folder / "counts.npy", self.counts)
-        knobs = {"link_threshold": self.link_threshold, "unjudged_weight": self.unjudged_weight}
-        (folder / "knobs.json").write_text(json.dumps(knobs))
-        partitions.hold(folder, self)
-        return folder
-
-    @staticmethod
-    def read(folder: Path) -> LinkPlan:
-        """The plan in ``folder``: the cells scanned, the counts memory-mapped."""
-        knobs = json.loads((folder / "knobs.json").read_text())
-        cells = pl.scan_parquet(folder / "cells.parquet")
-        return LinkPlan(cells, np.load(folder / "counts.npy", mmap_mode="r"), **knobs)
-
     def group(self, span: Span) -> Cells:
         """The cells of one group."""
         lo, hi = span
-        if isinstance(self.cells, Cells):
-            return self.cells.take(slice(lo, hi))
-        table = self.cells.slice(lo, hi - lo).collect()
+        table = self.cells.slice(lo, hi - lo).lazy().collect()
         return Cells(*(table[name].to_numpy() for name in _COLUMNS))
 
 
@@ -110,18 +91,18 @@ def group_spans(component: np.ndarray, group_cells: int) -> tuple[list[Span], di
     return spans, details
 
 
-def agglomerate_mapped(  # noqa: PLR0913 - the linkage's inputs and its map
+def agglomerate_mapped(
     counts: np.ndarray,
     scored: pl.DataFrame,
-    link_threshold: float,
-    unjudged_weight: float,
+    setting: Setting,
     mapper: Mapper,
     cfg: Any,
     group_cells: int = GROUP_CELLS,
 ) -> tuple[np.ndarray, dict]:
-    """`linkage.agglomerate`'s labels, linked per group of components on ``mapper``'s runner,
-    and the groups' details (`group_spans`)."""
-    cells = link_cells(counts, scored, unjudged_weight)
+    """`linkage.agglomerate`'s labels under ``setting``'s link threshold and unjudged weight
+    (the config's, or as labels tuned them), linked per group of components on ``mapper``'s
+    runner, and the groups' details (`group_spans`)."""
+    cells = link_cells(counts, scored, setting.unjudged_weight)
     cells = cells.take(np.argsort(cells.component, kind="stable"))
     spans, details = group_spans(cells.component, group_cells)
     if details["components_linked_alone"]:
@@ -133,12 +114,10 @@ def agglomerate_mapped(  # noqa: PLR0913 - the linkage's inputs and its map
             details["largest_component_cells"],
         )
     folder = mapper.folder / "link-plan"
-    LinkPlan(cells, counts, link_threshold, unjudged_weight).write(folder)
+    table = pl.DataFrame({name: getattr(cells, name) for name in _COLUMNS})
+    LinkPlan(table, counts, setting.link_threshold, setting.unjudged_weight).write(folder)
     del cells
-    try:
-        files = mapper.map_spans(link_span, str(folder), spans, cfg, STEP)
-    finally:
-        partitions.forget(folder)
+    files = mapper.run(link_span, folder, spans, cfg, STEP)
     labels = np.arange(len(counts), dtype=np.int64)
     for file in files:
         linked = pl.read_parquet(file)

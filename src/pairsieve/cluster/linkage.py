@@ -194,26 +194,25 @@ def _absorb(x: int, y: int, cells, lists) -> int:  # noqa: ANN001
 
 
 @njit(cache=True)
-def merge_loop(  # noqa: PLR0913 - the cells' arrays and the two knobs
+def merge_loop(
     parent: np.ndarray,
     size: np.ndarray,
-    ends: np.ndarray,
-    weight: np.ndarray,
-    vetoed: np.ndarray,
-    judged: np.ndarray,
+    cells: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     link_threshold: float,
     unjudged_weight: float,
 ) -> None:
     """Run the merge loop in place on ``parent`` (int64, n) and ``size`` (float64, n).
 
-    ``ends`` (int64, (m, 2)) holds distinct node pairs, first < second, with their summed
-    ``weight`` (float64), ``vetoed`` flag (bool) and ``judged`` listing pairs (float64); the
-    heap starts with every unvetoed pair whose linkage (`_linkage`) reaches ``link_threshold``.
-    Entries pop in ascending (-linkage, x, y); a popped entry is stale when x or y was merged
-    away, or its linkage now differs by more than 1e-12; otherwise y is folded into x.
+    ``cells`` = (ends, weight, vetoed, judged): ``ends`` (int64, (m, 2)) holds distinct node
+    pairs, first < second, with their summed ``weight`` (float64), ``vetoed`` flag (bool) and
+    ``judged`` listing pairs (float64); the heap starts with every unvetoed pair whose linkage
+    (`_linkage`) reaches ``link_threshold``. Entries pop in ascending (-linkage, x, y); a popped
+    entry is stale when x or y was merged away, or its linkage now differs by more than 1e-12;
+    otherwise y is folded into x.
     """
+    ends, weight, vetoed, judged = cells
     m = ends.shape[0]
-    cells = (
+    state = (
         ends[:, 0].copy(),
         ends[:, 1].copy(),
         weight.copy(),
@@ -221,7 +220,7 @@ def merge_loop(  # noqa: PLR0913 - the cells' arrays and the two knobs
         np.ones(m, dtype=np.bool_),
         judged.copy(),
     )
-    end_a, end_b, w, v, alive, seen = cells
+    end_a, end_b, w, v, alive, seen = state
     lists = _adjacency(parent.shape[0], end_a, end_b)
     empty = np.empty(0, np.int64)
     heap = _reserve((np.empty(0), empty, empty, empty), 0, max(16, m))
@@ -244,10 +243,10 @@ def merge_loop(  # noqa: PLR0913 - the cells' arrays and the two knobs
         parent[y] = x
         size[x] += size[y]
         alive[cxy] = False
-        marked = _mark(x, cells, lists)
-        moved = _absorb(x, y, cells, lists)
+        marked = _mark(x, state, lists)
+        moved = _absorb(x, y, state, lists)
         heap = _reserve(heap, count, marked + moved)
-        count = _push_links(x, cells, lists, (size, link_threshold, unjudged_weight), heap, count)
+        count = _push_links(x, state, lists, (size, link_threshold, unjudged_weight), heap, count)
 
 
 @dataclass(frozen=True)
@@ -306,16 +305,9 @@ def merge_cells(
     parent = np.arange(len(nodes), dtype=np.int64)
     parent[hi[merges]] = lo[merges]
     rest = ~two
-    merge_loop(
-        parent,
-        size,
-        np.stack([lo[rest], hi[rest]], axis=1),
-        cells.weight[rest],
-        cells.vetoed[rest],
-        cells.judged[rest],
-        float(link_threshold),
-        float(unjudged_weight),
-    )
+    ends = np.stack([lo[rest], hi[rest]], axis=1)
+    rest_cells = (ends, cells.weight[rest], cells.vetoed[rest], cells.judged[rest])
+    merge_loop(parent, size, rest_cells, float(link_threshold), float(unjudged_weight))
     return nodes, nodes[_resolve(parent)]
 
 

@@ -31,7 +31,7 @@ from pairsieve.core.partitions import Span
 from pairsieve.vectors import minhash
 
 if TYPE_CHECKING:
-    from pairsieve.cluster.neighbours import Mapper
+    from pairsieve.core.partitions import Mapper
 
 SIGNATURES_STEP = "computing MinHash signatures"
 KEYS_STEP = "banding MinHash signatures"
@@ -72,7 +72,7 @@ def missing_signatures(cfg: PairsieveConfig, texts: pl.Series, mapper: Mapper) -
     plan = mapper.folder / "signature-plan.parquet"
     io.write_parquet(pl.DataFrame({_TEXT: missing}, schema={_TEXT: pl.String}), plan)
     spans = partitions.spans(len(missing), SIGNATURE_PARTITION)
-    return sum(mapper.map_spans(signature_span, str(plan), spans, cfg, SIGNATURES_STEP))
+    return sum(mapper.run(signature_span, plan, spans, cfg, SIGNATURES_STEP))
 
 
 def band_keys_span(plan: str, span: Span, cfg: PairsieveConfig) -> list[str]:
@@ -144,8 +144,8 @@ def minhash_pairs_mapped(
     if wanted is not None:
         np.save(folder / "wanted.npy", wanted)
     spans = partitions.spans(len(texts), _TITLES_PER_SPAN)
-    mapper.map_spans(band_keys_span, str(folder), spans, cfg, KEYS_STEP)
+    mapper.run(band_keys_span, folder, spans, cfg, KEYS_STEP)
     by_partition = [(part, part + 1) for part in range(count)]
-    found = mapper.map_spans(bucket_span, str(folder), by_partition, cfg, BUCKETS_STEP)
+    found = mapper.run(bucket_span, folder, by_partition, cfg, BUCKETS_STEP)
     codes = np.concatenate([np.load(file) for file, _ in found])
     return minhash.distinct_pairs(codes), sum(skipped for _, skipped in found), computed

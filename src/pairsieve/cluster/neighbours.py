@@ -22,26 +22,14 @@ import numpy as np
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core import partitions as parts
-from pairsieve.core.partitions import MapSpans, Span
+from pairsieve.core.partitions import Mapper, Span
+from pairsieve.core.plans import Plan
 from pairsieve.vectors import index_slices, knn, minhash
 from pairsieve.vectors.index_slices import SlicedIndex
 from pairsieve.vectors.threads import fixed_threads
 
 KNN_QUERIES = 65_536  # titles searched at a time: a multiple of faiss's 4,096-query BLAS block
 STEP = "finding nearest titles"
-
-
-@dataclass(frozen=True)
-class Mapper:
-    """Where a stage's partitioned steps write their plans, and the map that runs them."""
-
-    folder: Path
-    map_spans: MapSpans
-
-    @staticmethod
-    def local(folder: Path) -> Mapper:
-        """The spans one after the other in this process, their plans in ``folder``."""
-        return Mapper(folder, parts.map_here)
 
 
 @contextlib.contextmanager
@@ -53,31 +41,16 @@ def scratch_mapper() -> Iterator[Mapper]:
 
 
 @dataclass(frozen=True)
-class NeighbourPlan:
-    """The index over the titles' vectors and the rows whose neighbours are wanted."""
+class NeighbourPlan(Plan):
+    """The index over the titles' vectors (its slices in the plan's ``index`` folder, read as
+    they are searched), the vectors and the rows whose neighbours are wanted (memory-mapped
+    on a worker: a span gathers its own rows)."""
+
+    readers = {"index": SlicedIndex.read}
 
     index: SlicedIndex
     vectors: np.ndarray
     rows: np.ndarray
-
-    def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` (where its index's slices already are, or go now)
-        and hold it in this process."""
-        self.index.write(folder / "index")
-        np.save(folder / "vectors.npy", self.vectors)
-        np.save(folder / "rows.npy", self.rows)
-        parts.hold(folder, self)
-        return folder
-
-    @staticmethod
-    def read(folder: Path) -> NeighbourPlan:
-        """The plan in ``folder``: slices read as they are searched, vectors memory-mapped
-        (a span gathers its own rows)."""
-        return NeighbourPlan(
-            SlicedIndex.read(folder / "index"),
-            np.load(folder / "vectors.npy", mmap_mode="r"),
-            np.load(folder / "rows.npy"),
-        )
 
 
 def _span_pairs(plan: NeighbourPlan, span: Span, cfg: PairsieveConfig) -> np.ndarray:
@@ -120,10 +93,7 @@ def knn_pairs(
     folder = mapper.folder / "neighbours-plan"
     index = index_slices.build(vectors, cfg.knn, cfg.seed, layout, keys, folder / "index")
     NeighbourPlan(index, vectors, rows).write(folder)
-    try:
-        files = mapper.map_spans(neighbour_span, str(folder), spans, cfg, STEP)
-        found = [minhash.pair_codes(np.load(path)) for path in files]
-    finally:
-        parts.forget(folder)
+    files = mapper.run(neighbour_span, folder, spans, cfg, STEP)
+    found = [minhash.pair_codes(np.load(path)) for path in files]
     # Gathered as one int64 code a pair: half the memory of the spans' (m, 2) pairs.
     return minhash.distinct_pairs(np.concatenate(found)), index

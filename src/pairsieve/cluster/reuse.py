@@ -22,7 +22,6 @@ unchanged title goes to the list it went to then (`knn.IvfLayout`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,10 +36,11 @@ from pairsieve.core import partitions as parts
 from pairsieve.core.contract import load_result
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.partitions import Span
+from pairsieve.core.plans import Plan
 from pairsieve.text import attributes as text
 
 if TYPE_CHECKING:
-    from pairsieve.cluster.neighbours import Mapper
+    from pairsieve.core.partitions import Mapper
     from pairsieve.vectors import knn
 
 _NODE = "_node"
@@ -134,37 +134,18 @@ class PreviousClustering:
         plan = SettledTitles(str(self.pairs), reps, np.flatnonzero(settled).astype(np.int64))
         folder = plan.write(mapper.folder / "reuse-plan")
         rows = pl.scan_parquet(self.pairs).select(pl.len()).collect().item()
-        try:
-            files = mapper.map_spans(
-                between_span, str(folder), parts.spans(rows, REUSE_ROWS), cfg, STEP
-            )
-        finally:
-            parts.forget(folder)
+        files = mapper.run(between_span, folder, parts.spans(rows, REUSE_ROWS), cfg, STEP)
         return pl.scan_parquet(files)
 
 
 @dataclass(frozen=True)
-class SettledTitles:
+class SettledTitles(Plan):
     """What every span of the previous pairs is mapped with: the previous build's pairs file,
     and today's settled titles as their representative listing ids and node numbers."""
 
     pairs: str
     reps: pl.Series
     node: np.ndarray
-
-    def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` and hold it in this process."""
-        frame = pl.DataFrame({S.LISTING_ID: self.reps, _NODE: self.node})
-        io.write_parquet(frame, folder / "settled.parquet")
-        io.write_json({"pairs": self.pairs}, folder / "plan.json")
-        parts.hold(folder, self)
-        return folder
-
-    @staticmethod
-    def read(folder: Path) -> SettledTitles:
-        settled = pl.read_parquet(folder / "settled.parquet")
-        pairs = json.loads((folder / "plan.json").read_text())["pairs"]
-        return SettledTitles(pairs, settled[S.LISTING_ID], settled[_NODE].to_numpy())
 
 
 def between(plan: SettledTitles, rows: pl.DataFrame) -> pl.DataFrame:

@@ -43,6 +43,7 @@ from pairsieve import schemas as S
 from pairsieve.cluster import candidates, labelled, lineage, pairs_file
 from pairsieve.cluster.judge import (
     INFORMATIVE,
+    best_cosines,
     judge,
     judge_mapped,
     judging,
@@ -51,7 +52,6 @@ from pairsieve.cluster.judge import (
     uses_pair_model,
 )
 from pairsieve.cluster.link_groups import agglomerate_mapped
-from pairsieve.cluster.neighbours import Mapper
 from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io, memory
@@ -59,8 +59,9 @@ from pairsieve.core.contract import Source, StageResult, read_source
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 from pairsieve.core.parallel import in_processes
-from pairsieve.core.partitions import MapSpans, map_here
+from pairsieve.core.partitions import Mapper, MapSpans, map_here
 from pairsieve.errors import PairsieveError
+from pairsieve.labels.adapt import Setting
 from pairsieve.pair_model.calibration import load_calibration
 from pairsieve.text import attributes as text
 
@@ -75,12 +76,15 @@ log = logging.getLogger(__name__)
 class Inputs:
     """What clustering reads: the listings (ingest's listings.parquet, or a frame with
     listing_id and title), optionally listing pairs (``listing_a``, ``listing_b``) to judge
-    besides the candidates, so that each gets its ``p_same`` in ``pairs.parquet``, and label
-    files whose answers tune the clustering to this catalog (`cluster.labelled`)."""
+    besides the candidates, so that each gets its ``p_same`` in ``pairs.parquet``, label
+    files whose answers tune the clustering to this catalog (`cluster.labelled`), and the
+    folder of the last published build, whose product ids carry over (`lineage.record`;
+    without one every product is first seen now)."""
 
     listings: Source
     requested: pl.DataFrame | None = None
     labels: tuple[Path, ...] = ()
+    previous_build: Path | None = None
 
     @classmethod
     def of(cls, layout: RunLayout) -> Inputs:
@@ -265,8 +269,8 @@ def _judge(
         settled = previous.settled(frame, nodes)
         unsettled = ~settled
         details["settled_nodes"] = int(settled.sum())
-    previous_ivf = None if previous is None else previous.ivf
-    found = candidates.generate(cfg, nodes, attrs, encoder, unsettled, previous_ivf, mapper)
+    spared = candidates.FromPrevious(unsettled, None if previous is None else previous.ivf)
+    found = candidates.generate(cfg, nodes, attrs, encoder, spared, mapper)
     details.update(found.details)
     timings.update(found.timings)
     vectors, ivf = found.vectors, found.ivf
@@ -278,7 +282,7 @@ def _judge(
         candidate_pairs = candidates.with_requested(candidate_pairs, asked)
     cosine = None if vectors is None else pair_cosines(candidate_pairs, vectors)
     del vectors  # read for the cosines only
-    context = judging(c, candidate_pairs, nodes, attrs, cosine)
+    context = judging(c, nodes, attrs, best_cosines(candidate_pairs, cosine, len(attrs)))
     if features is not None:  # the pair features of every pair, gathered here
         scored = judge(context, cosine, candidate_pairs, features).lazy()
     else:
@@ -327,18 +331,13 @@ def cluster_listings(
     judged = _judge(cfg, listings, extras, mapper)
     details, timings = judged.details, judged.timings
     counts = judged.nodes["count"].to_numpy()
-    accept, link, unjudged = c.accept_probability, resolved_link_threshold(c), c.unjudged_weight
+    setting = Setting(c.accept_probability, resolved_link_threshold(c), c.unjudged_weight)
     if label_files:
         scored = judged.scored.collect()
         tuned = labelled.tune(c, label_files, judged.frame, counts, scored, judged.rejudge)
-        scored, details["labels"] = tuned.scored, tuned.details
-        setting = tuned.setting
-        accept, link, unjudged = (
-            setting.accept_probability,
-            setting.link_threshold,
-            setting.unjudged_weight,
-        )
-    details["accept_probability"] = accept  # what a label sample of this build groups pairs by
+        scored, details["labels"], setting = tuned.scored, tuned.details, tuned.setting
+    # what a label sample of this build groups pairs by
+    details["accept_probability"] = setting.accept_probability
     # rejudge holds every title's attributes, the cosines and the candidate pairs: GBs at 10^6
     # listings that the linkage does not need; the judged pairs are read after they go.
     judged = replace(judged, rejudge=None)
@@ -346,7 +345,7 @@ def cluster_listings(
     if not tuning:
         scored = judged.scored.collect()
     timings["judge_s"] = time.perf_counter() - started - sum(timings.values())
-    labels, details["linkage"] = agglomerate_mapped(counts, scored, link, unjudged, mapper, cfg)
+    labels, details["linkage"] = agglomerate_mapped(counts, scored, setting, mapper, cfg)
     timings["agglomerate_s"] = time.perf_counter() - started - sum(timings.values())
     details.update(_judged(scored, judged.by_signal))
     details["timings"] = {k: round(v, 3) for k, v in timings.items()}
@@ -412,21 +411,19 @@ def products_frame(result: Clustering) -> pl.DataFrame:
     )
 
 
-def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
+def run(
     cfg: PairsieveConfig,
     inputs: Inputs,
     out_dir: Path,
     *,
     encoder: Encoder | None = None,
     previous: PreviousClustering | None = None,
-    previous_build: Path | None = None,
     map_spans: MapSpans | None = None,
 ) -> StageResult:
     """The cluster stage: write ``products.parquet``, ``pairs.parquet`` and
     ``id_changes.parquet`` into ``out_dir``, reusing ``previous``'s pairs between unchanged
-    titles when given, and carrying product ids over from the build folder ``previous_build``
-    (`lineage.record`; without one every product is first seen now). ``map_spans`` maps the
-    kNN search's partitions (`cluster.neighbours`)."""
+    titles when given, and carrying product ids over from ``inputs.previous_build``.
+    ``map_spans`` maps the heavy steps' partitions (default: here, one after the other)."""
     frame = read_source(inputs.listings, "listings", S.CATALOG_REQUIRED)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -459,7 +456,7 @@ def run(  # noqa: PLR0913 - the stage's inputs, what it reuses, how it maps
         outputs=outputs,
         details=details,
     )
-    return lineage.record(result, out_dir, previous_build)
+    return lineage.record(result, out_dir, inputs.previous_build)
 
 
 def _product_counts(products: pl.DataFrame) -> dict[str, object]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -55,6 +56,35 @@ def map_here(
             results.append(fn(plan, span, cfg))
             counter.advance()
     return results
+
+
+@dataclass(frozen=True)
+class Mapper:
+    """Where a stage's mapped steps write their plans, and the map that runs their spans: the
+    runner's tasks, or `map_here`. Every heavy step runs through one, in a build or alone."""
+
+    folder: Path
+    map_spans: MapSpans
+
+    @staticmethod
+    def local(folder: Path) -> Mapper:
+        """The spans one after the other in this process, their plans in ``folder``."""
+        return Mapper(folder, map_here)
+
+    def within(self, name: str) -> Mapper:
+        """The same map with its plans in the subfolder ``name``."""
+        return Mapper(self.folder / name, self.map_spans)
+
+    def run(
+        self, fn: Callable[[str, Span, Any], T], plan: Path, spans: list[Span], cfg: Any, step: str
+    ) -> list[T]:
+        """``fn(plan, span, cfg)`` for every span, in span order, over the plan the caller wrote
+        (and holds) in the folder ``plan``; this process lets go of the plan afterwards,
+        whatever happens."""
+        try:
+            return self.map_spans(fn, str(plan), spans, cfg, step)
+        finally:
+            forget(plan)
 
 
 _held: dict[str, Any] = {}

@@ -60,6 +60,15 @@ class Recipe:
     batch_sampler: Any  # a BatchSamplers value or a sampler class
 
 
+@dataclass(frozen=True)
+class TrainingRows:
+    """What the arms train on: the build's rows (`ExperimentData`) and, by arm, the rows of the
+    sentence-transformers miner for the arms that use it (`MINED_ARMS`)."""
+
+    data: ExperimentData
+    mined: dict[str, pl.DataFrame]
+
+
 def default_arms(truth: bool) -> tuple[str, ...]:
     """The arms an experiment runs unless told: all but those run on request, and `oracle` only
     with a truth column."""
@@ -151,18 +160,13 @@ def _shard_rows(data: ExperimentData, k: int, labels: pl.Series | None = None) -
     return data.train.select(text_columns(k)).with_columns(label.list.head(1 + k).alias(S.LABEL))
 
 
-def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
-    arm: str,
-    tau: float | str,
-    model: Any,
-    guide: Any,
-    data: ExperimentData,
-    mined: dict[str, pl.DataFrame],
-    settings: Settings,
+def recipe(
+    arm: str, tau: float | str, model: Any, guide: Any, rows: TrainingRows, settings: Settings
 ) -> Recipe:
-    """The dataset, loss and batch sampler of a trained arm at temperature `tau`, with the
-    negatives per row and the gradient-caching mini-batch of `settings`. Each arm's loss is the
-    cached form of itself when a mini-batch is set, so a large batch changes only the memory.
+    """The dataset, loss and batch sampler of a trained arm at temperature `tau` (``guide``: the
+    frozen model GISTEmbedLoss consults), with the negatives per row and the gradient-caching
+    mini-batch of `settings`. Each arm's loss is the cached form of itself when a mini-batch is
+    set, so a large batch changes only the memory.
 
     Raises:
         PairsieveError: `oracle` without a truth column, or `st-best` with a learned τ
@@ -172,28 +176,29 @@ def recipe(  # noqa: PLR0913 - one value per thing an arm differs in
     from sentence_transformers.base.sampler import BatchSamplers
 
     k, mini = settings.negatives, settings.mini_batch_size
+    data, mined = rows.data, rows.mined
     if arm in ("naive", "shards-stock"):
-        rows = mined[arm] if arm == "naive" else data.train.select(text_columns(k))
+        table = mined[arm] if arm == "naive" else data.train.select(text_columns(k))
         if tau == LEARNED:
-            rows = rows.with_columns(_unique_labels(rows.height, 1 + k))
+            table = table.with_columns(_unique_labels(table.height, 1 + k))
             return Recipe(
-                Dataset.from_polars(rows), _masked(model, tau, mini), BatchSamplers.BATCH_SAMPLER
+                Dataset.from_polars(table), _masked(model, tau, mini), BatchSamplers.BATCH_SAMPLER
             )
         loss = _stock_loss(arm, model, guide, float(tau), mini)
-        return Recipe(Dataset.from_polars(rows), loss, BatchSamplers.BATCH_SAMPLER)
+        return Recipe(Dataset.from_polars(table), loss, BatchSamplers.BATCH_SAMPLER)
     if arm == "st-best":
         if tau == LEARNED:
             raise PairsieveError("bad_option", "st-best's GISTEmbedLoss takes no learned τ")
         loss = _stock_loss(arm, model, guide, float(tau), mini)
         return Recipe(Dataset.from_polars(mined[arm]), loss, BatchSamplers.NO_DUPLICATES)
     if arm in ("pairsieve", "pairsieve-queue"):
-        rows = _shard_rows(data, k)
         loss = _masked(model, tau, mini, queue=arm == "pairsieve-queue")
-        return Recipe(Dataset.from_polars(rows), loss, ProductDisjointBatchSampler)
+        return Recipe(Dataset.from_polars(_shard_rows(data, k)), loss, ProductDisjointBatchSampler)
     if arm == "oracle":
         if data.truth_column is None:
             raise PairsieveError("bad_option", "the oracle arm needs --truth-column")
-        rows = _shard_rows(data, k, data.labels_by(data.corpus.select(S.LISTING_ID, RELEVANT)))
-        loss = _masked(model, tau, mini)
-        return Recipe(Dataset.from_polars(rows), loss, ProductDisjointBatchSampler)
+        table = _shard_rows(data, k, data.labels_by(data.corpus.select(S.LISTING_ID, RELEVANT)))
+        return Recipe(
+            Dataset.from_polars(table), _masked(model, tau, mini), ProductDisjointBatchSampler
+        )
     raise PairsieveError("bad_option", f"unknown arm {arm!r}; arms are {', '.join(ARMS)}")

@@ -34,12 +34,8 @@ def model_section(results: dict[str, Any]) -> dict[str, Any]:
         for metric in METRICS
     ]
     table_arms = [
-        {
-            "arm": r["arm"],
-            "tau": str(r["tau"] or "–"),
-            "seeds": r["seeds"],
-            **{m: r[m] for m in METRICS},
-        }
+        {"arm": r["arm"], "tau": str(r["tau"] or "–"), "seeds": r["seeds"]}
+        | {m: r[m] for m in METRICS}
         for r in arms
     ]
     differences = [

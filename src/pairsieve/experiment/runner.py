@@ -143,9 +143,8 @@ def _one_run(context: dict[str, Any], arm: str, tau: float | str | None, seed: i
         model, info = context["base"], {}
     else:
         model = load_model(settings)
-        recipe = A.recipe(
-            arm, tau, model, context["base"], context["data"], context["mined"], settings
-        )
+        rows = A.TrainingRows(context["data"], context["mined"])
+        recipe = A.recipe(arm, tau, model, context["base"], rows, settings)
         info = train(model, recipe, settings, seed)
     scores = retrieval.evaluate(model, context["data"])
     info.update(

@@ -46,6 +46,16 @@ class Mined:
     reasons: dict[str, int]
 
 
+@dataclass(frozen=True)
+class Mining:
+    """What mining reads: the retrieval over all listings and queries, the positives of the
+    queries to mine, and (listing_id, product_id, title_norm) for the filters."""
+
+    retrieval: Retrieval
+    positives: pl.DataFrame
+    products: pl.DataFrame
+
+
 _DEEPEN = 4  # each round looks this many times deeper for the queries still short
 
 
@@ -62,22 +72,21 @@ def mine_pairs(
 ) -> Mined:
     """Mine every query's pairs in this process (`mine_span` over all queries), with progress."""
     n = len(retrieval.queries)
+    mining = Mining(retrieval, positives, products)
     with progress.step("mining hard negatives", n, "queries") as counter:
-        return mine_span(retrieval, (0, n), positives, products, cfg, seed, spill, counter.advance)
+        return mine_span(mining, (0, n), cfg, seed, spill, counter.advance)
 
 
-def mine_span(  # noqa: PLR0913 - the span's inputs, where its dropped rows go, what it reports to
-    retrieval: Retrieval,
+def mine_span(
+    mining: Mining,
     span: tuple[int, int],
-    positives: pl.DataFrame,
-    products: pl.DataFrame,
     cfg: MineConfig,
     seed: int,
     spill: Path | None = None,
     advance: Callable[[int], None] | None = None,
 ) -> Mined:
-    """Mine the pairs of the queries at rows ``span`` = (lo, hi) of ``retrieval.queries``,
-    looking only as deep as each query needs.
+    """Mine the pairs of the queries at rows ``span`` = (lo, hi) of ``mining.retrieval``'s
+    queries, looking only as deep as each query needs.
 
     Round one filters the top ``search_depth`` listings of every query. A query with a pair left
     short of ``num_negatives`` is mined again from its top ``search_depth`` plus its best
@@ -96,7 +105,7 @@ def mine_span(  # noqa: PLR0913 - the span's inputs, where its dropped rows go, 
     batches = []
     for start, end in zip(edges[:-1], edges[1:], strict=True):
         rows = np.arange(start, end)
-        batch = _mine_batch(retrieval, rows, positives, products, cfg, seed)
+        batch = _mine_batch(mining, rows, cfg, seed)
         if spill is not None:
             part = io.write_parquet(batch.dropped, dropped_part(spill, start))
             batch = replace(batch, dropped=pl.scan_parquet(part))
@@ -144,15 +153,9 @@ def combine(parts: list[Mined]) -> Mined:
     )
 
 
-def _mine_batch(
-    retrieval: Retrieval,
-    rows: np.ndarray,
-    positives: pl.DataFrame,
-    products: pl.DataFrame,
-    cfg: MineConfig,
-    seed: int,
-) -> Mined:
-    """`mine_pairs` for the queries at ``rows`` (indices into ``retrieval.queries``)."""
+def _mine_batch(mining: Mining, rows: np.ndarray, cfg: MineConfig, seed: int) -> Mined:
+    """`mine_pairs` for the queries at ``rows`` (indices into ``mining.retrieval.queries``)."""
+    retrieval, positives, products = mining.retrieval, mining.positives, mining.products
     deepest = min(cfg.range_max, len(retrieval.listing_ids))
     head = depth = min(cfg.search_depth, deepest)
     candidates = retrieval.candidates(rows, head)

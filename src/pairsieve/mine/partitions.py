@@ -12,8 +12,6 @@ or the number of workers.
 
 from __future__ import annotations
 
-import json
-import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,19 +20,22 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
-from pairsieve.core import io
+from pairsieve.core import io, plans
 from pairsieve.core import partitions as parts
-from pairsieve.core.partitions import MapSpans, Span
-from pairsieve.mine.deepen import Mined, batch_edges, combine, dropped_part, mine_span
+from pairsieve.core.partitions import Mapper, Span
+from pairsieve.mine.deepen import Mined, Mining, batch_edges, combine, dropped_part, mine_span
 from pairsieve.mine.retrieval import Retrieval
-from pairsieve.vectors.index_slices import SlicedIndex
 from pairsieve.vectors.knn import VectorFile
 
 STEP = "mining hard negatives"
 PLAN = "plan"  # the plan's folder in the folder the stage gives `mine_mapped`
-_LISTING_VECTORS = "listing_vectors.npy"
+
+
+def retrieval_folder(folder: Path) -> Path:
+    """Where the plan `mine_mapped` writes in ``folder`` keeps the retrieval: its index may be
+    built there, and its listing vectors put there, before the plan is written."""
+    return folder / PLAN / "retrieval"
 
 
 def listings_on_disk(retrieval: Retrieval, folder: Path) -> Retrieval:
@@ -43,56 +44,18 @@ def listings_on_disk(retrieval: Retrieval, folder: Path) -> Retrieval:
     a worker reads them. The caller can then let go of the vectors in memory (1.4 GB at 10^6
     listings) before the partitions run beside it on threads; the scan's blocks are the same
     floats, so the rows are the same bytes."""
-    path = folder / PLAN / _LISTING_VECTORS
+    path = retrieval_folder(folder) / "listing_vectors.npy"
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, retrieval.listing_vectors)
     return replace(retrieval, listing_vectors=VectorFile(path))
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What every partition reads: the retrieval over all listings and queries, the positives
-    of the queries to mine, and (listing_id, product_id, title_norm) for the filters."""
+class Plan(Mining, plans.Plan):
+    """What every partition reads (`deepen.Mining`): the retrieval in the plan's subfolder
+    (`retrieval_folder`), the positives and the products whole."""
 
-    retrieval: Retrieval
-    positives: pl.DataFrame
-    products: pl.DataFrame
-
-    def write(self, folder: Path) -> Path:
-        """Write the plan into ``folder`` (where the index's slices may already be) and keep it
-        loaded for this process."""
-        r = self.retrieval
-        r.index.write(folder / "index")
-        np.save(folder / "query_vectors.npy", r.query_vectors)
-        vectors, target = r.listing_vectors, folder / _LISTING_VECTORS
-        if not isinstance(vectors, VectorFile):
-            np.save(target, vectors)
-        elif Path(vectors.path) != target:  # the plan's own file is there (`listings_on_disk`)
-            shutil.copyfile(vectors.path, target)
-        io.write_parquet(
-            pl.DataFrame({S.QUERY: r.queries}, {S.QUERY: pl.String}), folder / "queries.parquet"
-        )
-        io.write_parquet(r.listing_ids.to_frame(S.LISTING_ID), folder / "listing_ids.parquet")
-        io.write_parquet(self.positives, folder / "positives.parquet")
-        io.write_parquet(self.products, folder / "products.parquet")
-        io.write_json(r.info, folder / "info.json")
-        parts.hold(folder, self)
-        return folder
-
-    @staticmethod
-    def read(folder: Path) -> Plan:
-        """The plan in ``folder``: the index slices and the listing vectors are read when
-        searched, the queries' vectors memory-mapped (a span gathers its own)."""
-        retrieval = Retrieval(
-            SlicedIndex.read(folder / "index"),
-            pl.read_parquet(folder / "queries.parquet")[S.QUERY].to_list(),
-            pl.read_parquet(folder / "listing_ids.parquet")[S.LISTING_ID],
-            np.load(folder / "query_vectors.npy", mmap_mode="r"),
-            VectorFile(folder / _LISTING_VECTORS),
-            json.loads((folder / "info.json").read_text()),
-        )
-        positives = pl.read_parquet(folder / "positives.parquet")
-        return Plan(retrieval, positives, pl.read_parquet(folder / "products.parquet"))
+    readers = {"retrieval": Retrieval.read}
 
 
 @dataclass(frozen=True)
@@ -116,9 +79,7 @@ def mine_partition(plan: str, span: Span, cfg: PairsieveConfig) -> SpanResult:
     loaded = parts.held(plan, Plan.read)
     retrieval = replace(loaded.retrieval, info={"search_s": 0.0})  # this span's own clock
     out = Path(plan).parent
-    mined = mine_span(
-        retrieval, span, loaded.positives, loaded.products, cfg.mine, cfg.seed, spill=out
-    )
+    mined = mine_span(replace(loaded, retrieval=retrieval), span, cfg.mine, cfg.seed, spill=out)
     lo = span[0]
     kept = io.write_parquet(mined.kept, out / f"kept-{lo:010d}.parquet")
     counts = io.write_parquet(mined.counts, out / f"counts-{lo:010d}.parquet")
@@ -156,20 +117,16 @@ def mine_mapped(
     positives: pl.DataFrame,
     products: pl.DataFrame,
     cfg: PairsieveConfig,
-    folder: Path,
-    map_spans: MapSpans | None = None,
+    mapper: Mapper,
 ) -> tuple[Mined, dict[str, Any]]:
-    """Mine every query of ``retrieval`` through a plan in ``folder / PLAN`` (``folder``
-    exists, and the caller removes it; the index may already be in the plan), mapped with
-    ``map_spans`` (default `map_here`); and the map's figures: partitions, their summed search
-    and filter seconds, and the wall seconds."""
+    """Mine every query of ``retrieval`` on ``mapper``, through a plan in its folder's `PLAN`
+    (the folder exists, and the caller removes it; the index may already be in the plan); and
+    the map's figures: partitions, their summed search and filter seconds, and the wall
+    seconds."""
     started = time.perf_counter()
-    plan = Plan(retrieval, positives, products).write(folder / PLAN)
+    plan = Plan(retrieval, positives, products).write(mapper.folder / PLAN)
     spans = parts.spans(len(retrieval.queries), cfg.runner.mine_partition_queries)
-    try:
-        results = (map_spans or parts.map_here)(mine_partition, str(plan), spans, cfg, STEP)
-    finally:
-        parts.forget(plan)
+    results = mapper.run(mine_partition, plan, spans, cfg, STEP)
     figures = {
         "partitions": len(spans),
         "search_s": sum(r.search_s for r in results),

@@ -6,7 +6,7 @@ previous files as the new ones are written (`with_reused`)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -15,7 +15,8 @@ from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core import partitions as parts
-from pairsieve.core.partitions import MapSpans, Span
+from pairsieve.core.partitions import Mapper, Span
+from pairsieve.core.plans import Plan
 from pairsieve.mine.deepen import COUNT, candidate_counts
 from pairsieve.mine.filters import (
     filter_candidates,
@@ -105,7 +106,7 @@ def refilter(
 
 
 @dataclass(frozen=True)
-class _Plan:
+class _Plan(Plan):
     """What every partition reads: the sorted queries to refilter with their positives, the
     previous build's rows and clicks of those queries alone, and (listing_id, product_id,
     title_norm) for the filters. The tables a partition filters to its queries are scans, so it
@@ -119,39 +120,17 @@ class _Plan:
     products: pl.DataFrame
 
     @staticmethod
-    def write(
-        folder: Path,
-        state: PreviousMining,
-        queries: pl.Series,
-        positives: pl.DataFrame,
-        products: pl.DataFrame,
-    ) -> Path:
-        """Write the plan of refiltering ``queries`` into ``folder``; the previous build's
-        dropped rows (tens of millions at 10^6 listings) are streamed, never held."""
-        folder.mkdir(parents=True, exist_ok=True)
-        names = pl.DataFrame({S.QUERY: queries.sort()}, schema={S.QUERY: pl.String})
-        chosen = pl.col(S.QUERY).is_in(names[S.QUERY].implode())
-        kept, dropped = state.lazy_rows_of(names[S.QUERY])
-        io.write_parquet(names, folder / "queries.parquet")
-        io.write_parquet(positives.filter(chosen), folder / "positives.parquet")
-        io.write_parquet(kept, folder / "kept.parquet")
-        io.write_parquet(dropped, folder / "dropped.parquet")
-        io.write_parquet(state.pairs.filter(chosen), folder / "pairs.parquet")
-        io.write_parquet(products, folder / "products.parquet")
-        return folder
-
-    @staticmethod
-    def read(folder: Path, products: pl.DataFrame | None = None) -> _Plan:
-        """The plan in ``folder``, its tables scanned; ``products`` when the caller holds
-        them already."""
-        return _Plan(
-            pl.read_parquet(folder / "queries.parquet")[S.QUERY],
-            *(pl.scan_parquet(folder / f"{name}.parquet") for name in _SCANNED),
-            pl.read_parquet(folder / "products.parquet") if products is None else products,
-        )
-
-
-_SCANNED = ("positives", "kept", "dropped", "pairs")
+    def of(
+        state: PreviousMining, queries: pl.Series, positives: pl.DataFrame, products: pl.DataFrame
+    ) -> _Plan:
+        """The plan of refiltering ``queries``: its tables are queries over ``state`` that
+        writing it streams (the previous build's dropped rows, tens of millions at 10^6
+        listings, are never held)."""
+        names = pl.Series(S.QUERY, queries.sort(), dtype=pl.String)
+        chosen = pl.col(S.QUERY).is_in(names.implode())
+        kept, dropped = state.lazy_rows_of(names)
+        pairs = state.pairs.lazy().filter(chosen)
+        return _Plan(names, positives.lazy().filter(chosen), kept, dropped, pairs, products)
 
 
 @dataclass(frozen=True)
@@ -195,26 +174,23 @@ def refilter_partition(plan: str, span: Span, cfg: PairsieveConfig) -> _SpanFile
     return _SpanFiles(**files, reasons=done.reasons)
 
 
-def refilter_mapped(  # noqa: PLR0913 - the inputs of `refilter`, where it goes, and the map
+def refilter_mapped(
     state: PreviousMining,
     queries: pl.Series,
     positives: pl.DataFrame,
     products: pl.DataFrame,
     cfg: PairsieveConfig,
-    folder: Path,
-    map_spans: MapSpans | None = None,
+    mapper: Mapper,
 ) -> Refiltered:
-    """`refilter` as a map (default `map_here`) over spans of `runner.mine_partition_queries`
-    sorted queries, through a plan in ``folder`` (removed by the caller): the same rows as one
-    call, as each query is filtered on its own. The dropped rows come back as a scan of the
+    """`refilter` as a map on ``mapper`` over spans of `runner.mine_partition_queries` sorted
+    queries, through a plan in its folder (removed by the caller): the same rows as one call,
+    as each query is filtered on its own. The dropped rows come back as a scan of the
     partitions' files."""
-    plan = _Plan.write(folder / "plan", state, queries, positives, products)
-    parts.hold(plan, _Plan.read(plan, products))
+    plan = _Plan.of(state, queries, positives, products).write(mapper.folder / "plan")
+    # The spans here read the written tables, not the queries over the previous build's files.
+    parts.hold(plan, replace(_Plan.read(plan), products=products))
     spans = parts.spans(queries.len(), cfg.runner.mine_partition_queries)
-    try:
-        results = (map_spans or parts.map_here)(refilter_partition, str(plan), spans, cfg, STEP)
-    finally:
-        parts.forget(plan)
+    results = mapper.run(refilter_partition, plan, spans, cfg, STEP)
     reasons: Counter[str] = Counter()
     for result in results:
         reasons.update(result.reasons)

@@ -16,15 +16,13 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.hashing import text_keys
+from pairsieve.core.plans import Plan
 from pairsieve.mine.filters import (
     with_ranks,
 )
 from pairsieve.vectors import index_slices, knn
-from pairsieve.vectors.embed import (
-    EmbeddingCache,
-    Encoder,
-    embed_texts,
-)
+from pairsieve.vectors.embed import Encoder, embed_texts
+from pairsieve.vectors.embedding_cache import EmbeddingCache
 from pairsieve.vectors.threads import fixed_threads
 
 
@@ -84,11 +82,13 @@ def embed_inputs(
 
 
 @dataclass(frozen=True)
-class Retrieval:
+class Retrieval(Plan):
     """A sliced faiss index over the listings and the distinct queries' vectors, searched as
     deep as each query needs (`mine_pairs`), at a fixed thread count so that the scores are the
     same bytes on any worker (`vectors.threads`). The listing vectors, which the exact scan
-    below the margin reads, may be a `knn.VectorFile`."""
+    below the margin reads, may be a `knn.VectorFile`, as they are when read from a plan."""
+
+    readers = {"index": index_slices.SlicedIndex.read, "listing_vectors": knn.VectorFile.read}
 
     index: index_slices.SlicedIndex
     queries: list[str]

@@ -53,7 +53,7 @@ from pairsieve.core import io
 from pairsieve.core.contract import Source, StageResult, read_source
 from pairsieve.core.hashing import text_keys
 from pairsieve.core.layout import RunLayout
-from pairsieve.core.partitions import MapSpans
+from pairsieve.core.partitions import Mapper, MapSpans, map_here
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import partitions
 from pairsieve.mine.deepen import COUNT, Mined
@@ -65,13 +65,8 @@ from pairsieve.mine.retrieval import Embedded, build_retrieval, embed_inputs, po
 from pairsieve.mine.reuse import PreviousMining, ReusePlan
 from pairsieve.text import attributes as text
 from pairsieve.vectors import knn
-from pairsieve.vectors.embed import (
-    EmbeddingCache,
-    Encoder,
-    embed_texts,
-    load_encoder,
-    shared_cache,
-)
+from pairsieve.vectors.embed import Encoder, embed_texts, load_encoder, shared_cache
+from pairsieve.vectors.embedding_cache import EmbeddingCache
 from pairsieve.vectors.threads import fixed_threads
 
 log = logging.getLogger(__name__)
@@ -183,12 +178,12 @@ def _mine_rows(
     read: _Read,
     encoder: Encoder,
     previous: tuple[PreviousMining, int] | None,
-    spill: Path,
-    map_spans: MapSpans | None,
+    mapper: Mapper,
 ) -> _Rows:
     """Mine the clicked pairs: queries whose inputs did not change keep the previous build's
     rows, those that only gained clicks or were regrouped are refiltered, the rest are mined in
-    partitions mapped with ``map_spans``; dropped rows come back as a scan of ``spill``'s parts."""
+    partitions on ``mapper``; dropped rows come back as a scan of parts in its folder."""
+    spill = mapper.folder
     pairs, listings, products = read.pairs, read.listings, read.products
     none = pl.Series(S.QUERY, [], dtype=pl.String)
     plan, state = ReusePlan(none, none), None
@@ -204,16 +199,16 @@ def _mine_rows(
     refiltered = None
     if state is not None and plan.refiltered.len():
         refiltered = refilter_mapped(
-            state, plan.refiltered, positives, info, cfg, spill / "refilter", map_spans
+            state, plan.refiltered, positives, info, cfg, mapper.within("refilter")
         )
     settled = none if refiltered is None else refiltered.queries
-    ivf, index_folder = (state.ivf if state else None), spill / partitions.PLAN / "index"
+    ivf, index_folder = (state.ivf if state else None), partitions.retrieval_folder(spill) / "index"
     retrieval = build_retrieval(embedded.without(settled), cfg, ivf, index_folder)
     layout = retrieval.index.layout(embedded.listing_keys)  # embed_inputs sets the keys
     retrieval, embed_stats = partitions.listings_on_disk(retrieval, spill), embedded.stats
     del embedded  # its listing vectors: the partitions read them from the plan's file
     to_mine = positives.filter(~pl.col(S.QUERY).is_in(settled.implode()))
-    mined, mapped = partitions.mine_mapped(retrieval, to_mine, info, cfg, spill, map_spans)
+    mined, mapped = partitions.mine_mapped(retrieval, to_mine, info, cfg, mapper)
     counts, kept, dropped, reasons = _with_refiltered(mined, refiltered)
     if state is not None:
         counts, kept, dropped, reused = with_reused(state, plan.reused, counts, kept, dropped)
@@ -390,7 +385,7 @@ def run(
     spill = out_dir / _SPILL
     spill.mkdir(parents=True, exist_ok=True)
     try:
-        rows = _mine_rows(cfg, read, encoder, previous, spill, map_spans)
+        rows = _mine_rows(cfg, read, encoder, previous, Mapper(spill, map_spans or map_here))
         outputs = _write(rows, out_dir, read.info)
     finally:
         shutil.rmtree(spill)

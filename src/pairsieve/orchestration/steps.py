@@ -163,11 +163,10 @@ def cluster_step(
         reuse, why_not = _previous_state(PreviousClustering.load, cfg, "cluster", previous)
         result = cluster.run(
             stage_config(cfg, "cluster"),
-            replace(cluster.Inputs.of(layout), labels=tuple(labels)),
+            replace(cluster.Inputs.of(layout), labels=tuple(labels), previous_build=previous),
             tmp,
             encoder=_encoder(cfg),
             previous=reuse,
-            previous_build=previous,
             map_spans=map_spans,
         )
         if previous is not None:

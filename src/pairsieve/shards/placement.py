@@ -26,7 +26,8 @@ import polars as pl
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core import partitions as parts
-from pairsieve.core.partitions import MapSpans, Span
+from pairsieve.core.partitions import Mapper, Span
+from pairsieve.core.plans import Plan
 from pairsieve.shards.batching import cap_per_product, plan_product_disjoint, spread_order
 
 PARTITION_ROWS = 1 << 21  # rows a task places: ~1 GB of the planner's Python objects
@@ -97,11 +98,18 @@ class _SpanFile:
     plan_s: float
 
 
+@dataclass(frozen=True)
+class _Plan(Plan):
+    """What every partition reads: the rows to place, in partition order (`Rows.table`)."""
+
+    rows: pl.DataFrame | pl.LazyFrame
+
+
 def place_partition(plan: str, span: Span, cfg: PairsieveConfig) -> _SpanFile:
     """Place the rows at ``span`` of the plan in the folder ``plan``: one partition. Their
     places go to a file in the plan's parent folder, named by the span's first row (a rerun
     overwrites it)."""
-    table = parts.held(plan, lambda folder: pl.scan_parquet(folder / "rows.parquet"))
+    table = parts.held(plan, _Plan.read).rows
     rows, entries = Rows.of_table(table.lazy().slice(span[0], span[1] - span[0]).collect())
     started = time.perf_counter()
     placed = plan_product_disjoint(
@@ -124,27 +132,19 @@ def place_partition(plan: str, span: Span, cfg: PairsieveConfig) -> _SpanFile:
 def place_mapped(
     entries: Rows,
     cfg: PairsieveConfig,
-    folder: Path,
-    map_spans: MapSpans | None = None,
+    mapper: Mapper,
     partition_rows: int = PARTITION_ROWS,
 ) -> Placed:
-    """Place every row of ``entries`` through a plan in ``folder`` (removed by the caller),
-    mapped with ``map_spans`` (default `map_here`) over partitions of about ``partition_rows``
-    rows once each product's rows over the per-product cap are set aside."""
+    """Place every row of ``entries`` on ``mapper``, through a plan in its folder (removed by
+    the caller), over partitions of about ``partition_rows`` rows once each product's rows over
+    the per-product cap are set aside."""
     keep = cap_per_product(entries.positive, entries.keys, cfg.shards.max_rows_per_product)
     kept = np.flatnonzero(keep)
     count = max(1, -(-len(kept) // partition_rows))
     stream = kept[spread_order(entries.positive[kept], entries.keys[kept])]
     rows, spans = _partitions(stream, count)
-    plan = folder / "plan"
-    plan.mkdir(parents=True, exist_ok=True)
-    table = entries.table(rows)
-    io.write_parquet(table, plan / "rows.parquet")
-    parts.hold(plan, table)
-    try:
-        results = (map_spans or parts.map_here)(place_partition, str(plan), spans, cfg, STEP)
-    finally:
-        parts.forget(plan)
+    plan = _Plan(entries.table(rows)).write(mapper.folder / "plan")
+    results = mapper.run(place_partition, plan, spans, cfg, STEP)
     places = pl.concat([pl.read_parquet(r.path) for r in results])
     at = {place: places.filter(pl.col("place") == place)["row"].to_numpy() for place in range(3)}
     tail, unplaced = at[_SHORT], at[_UNPLACED]

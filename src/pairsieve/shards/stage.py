@@ -33,7 +33,7 @@ from pairsieve.core import io, progress
 from pairsieve.core.contract import Source, StageResult
 from pairsieve.core.hashing import label_int, seeded_key
 from pairsieve.core.layout import RunLayout
-from pairsieve.core.partitions import MapSpans
+from pairsieve.core.partitions import Mapper, MapSpans, map_here
 from pairsieve.errors import PairsieveError
 from pairsieve.shards import placement
 from pairsieve.shards.card import dataset_card
@@ -256,10 +256,10 @@ def split_eval(rows: pl.DataFrame, cfg: PairsieveConfig) -> tuple[pl.DataFrame, 
 
 
 def order_train(
-    rows: pl.DataFrame, cfg: PairsieveConfig, k: int, folder: Path, map_spans: MapSpans | None
+    rows: pl.DataFrame, cfg: PairsieveConfig, k: int, mapper: Mapper
 ) -> tuple[pl.DataFrame, dict[str, int], dict[str, Any]]:
-    """Cap rows per product, then place the rest product-disjointly (`placement`, mapped with
-    ``map_spans`` through a plan in ``folder``); report what did not fit."""
+    """Cap rows per product, then place the rest product-disjointly (`placement`, mapped on
+    ``mapper`` through a plan in its folder); report what did not fit."""
     entries = placement.Rows(
         rows[_POS_INT].to_numpy().astype(np.int64),
         _negative_products(rows, k),
@@ -267,9 +267,9 @@ def order_train(
         rows[_ORDER].to_numpy(),
     )
     try:
-        placed = placement.place_mapped(entries, cfg, folder, map_spans)
+        placed = placement.place_mapped(entries, cfg, mapper)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(mapper.folder, ignore_errors=True)
     dropped = {"product_cap": placed.capped, "unplaceable": len(placed.unplaced)}
     details = {
         "batches": -(-len(placed.order) // cfg.shards.batch_size),
@@ -436,7 +436,9 @@ def run(
     k = details["num_negatives"]
     assembled_s = time.perf_counter() - started
     train, evalset = split_eval(rows, cfg)
-    train, train_dropped, plan_details = order_train(train, cfg, k, out_dir / _PLACEMENT, map_spans)
+    train, train_dropped, plan_details = order_train(
+        train, cfg, k, Mapper(out_dir / _PLACEMENT, map_spans or map_here)
+    )
     dropped.update(train_dropped)
     files, leakage = _write_splits(cfg, train, evalset, out_dir, k)
     manifest = _manifest(cfg, k, files, leakage, fingerprints)
@@ -444,9 +446,9 @@ def run(
     card = dataset_card(manifest, {"pairs": details["pairs"], "dropped": dropped})
     io.write_text(card, out_dir / S.CARD_FILE)
     rows_out = train.height + (evalset.height if cfg.shards.eval_fraction > 0 else 0)
-    outputs = {e["name"]: e["name"] for entries in files.values() for e in entries}
-    outputs[S.MANIFEST_FILE] = S.MANIFEST_FILE
-    outputs[S.CARD_FILE] = S.CARD_FILE
+    details.update(plan_details, train_rows=train.height, eval_rows=evalset.height, leakage=leakage)
+    written = [e["name"] for entries in files.values() for e in entries]
+    outputs = {name: name for name in (*written, S.MANIFEST_FILE, S.CARD_FILE)}
     return StageResult(
         stage="shards",
         rows_in=details["pairs"],
@@ -457,11 +459,5 @@ def run(
             "total_s": round(time.perf_counter() - started, 3),
         },
         outputs=outputs,
-        details={
-            **details,
-            **plan_details,
-            "train_rows": train.height,
-            "eval_rows": evalset.height,
-            "leakage": leakage,
-        },
+        details=details,
     )

@@ -11,6 +11,7 @@ size, and the list of every text it indexed, so only new texts are assigned.
 from __future__ import annotations
 
 import math
+import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,17 @@ class VectorFile:
         offset = self._offset + start * self.shape[1] * 4
         block = np.fromfile(self.path, np.float32, count=count, offset=offset)
         return block.reshape(-1, self.shape[1])
+
+    def write(self, path: Path) -> None:
+        """The vectors at ``path``.npy (copied, unless this file is already there)."""
+        target = Path(path).with_suffix(".npy")
+        if Path(self.path) != target:
+            shutil.copyfile(self.path, target)
+
+    @staticmethod
+    def read(path: Path) -> VectorFile:
+        """The vectors `write` put at ``path``.npy (an array saved there reads the same)."""
+        return VectorFile(Path(path).with_suffix(".npy"))
 
 
 def nlist_for(n: int, cfg: KnnConfig) -> int:

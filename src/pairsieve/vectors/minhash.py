@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 from datasketch import MinHash
 
-from pairsieve.vectors.embed import EmbeddingCache
+from pairsieve.vectors.embedding_cache import EmbeddingCache
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,12 @@ def transfer():
         yield module
 
 
+@pytest.fixture(scope="module")
+def clustering():
+    with benchmark_module("harness.clustering") as module:
+        yield module
+
+
 class FakeRun:
     """A catalog's candidate pairs and labels; reading them is recorded."""
 
@@ -43,9 +49,9 @@ class FakeRun:
         return score((p >= accept).astype(int).tolist(), self._label.astype(int).tolist())
 
 
-def test_each_catalog_is_measured_by_a_model_fitted_without_it(transfer):
+def test_each_catalog_is_measured_by_a_model_fitted_without_it(transfer, clustering):
     names = ["pricerunner", "abt-buy", "walmart-amazon", "altosight", "alaska-cameras"]
-    splits = transfer.held_out_splits(names)
+    splits = clustering.held_out_splits(names)
     assert [held for _, held in splits] == names
     for fitted_on, held in splits:
         assert held not in fitted_on and sorted([*fitted_on, held]) == sorted(names)
@@ -56,6 +62,6 @@ def test_each_catalog_is_measured_by_a_model_fitted_without_it(transfer):
         scores = {name: run.features["cosine"] for name, run in runs.items()}
         fitted = transfer.pooled_calibration(runs, fitted_on, scores)
         assert held not in read and set(read) == set(fitted_on)
-        assert accept in transfer.PROBABILITIES and link in transfer.LINKS and weight in (1, 0)
+        assert accept in clustering.PROBABILITIES and link in clustering.LINKS and weight in (1, 0)
         assert model.coef[0] > 0  # the labels follow the cosine
         assert fitted.unvetoed[0] > 0 and fitted.exact == pytest.approx(0.9)

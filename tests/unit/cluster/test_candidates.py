@@ -9,9 +9,9 @@ import numpy as np
 import polars as pl
 
 from pairsieve.cluster import candidates, lsh
-from pairsieve.cluster.neighbours import Mapper
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import partitions
+from pairsieve.core.partitions import Mapper
 from pairsieve.text import attributes as text
 from tests.paths import SAMPLE_DIR
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from pairsieve.cluster import link_groups, linkage
-from pairsieve.cluster.neighbours import Mapper
 from pairsieve.core import partitions
+from pairsieve.core.partitions import Mapper
+from pairsieve.labels.adapt import Setting
 from tests.unit.cluster.graphs import random_graph
 
 
@@ -29,7 +30,7 @@ def test_groups_of_components_link_as_agglomerate_does(seed: int, tmp_path: Path
                 want = linkage.agglomerate(counts, scored, threshold, unjudged)
                 mapper = Mapper(tmp_path / f"{group_cells}-{map_spans.__name__}", map_spans)
                 found, details = link_groups.agglomerate_mapped(
-                    counts, scored, threshold, unjudged, mapper, None, group_cells
+                    counts, scored, Setting(0.5, threshold, unjudged), mapper, None, group_cells
                 )
                 assert found.tolist() == want.tolist(), (group_cells, threshold, unjudged)
                 if group_cells == 1 and details["components"] > 1:

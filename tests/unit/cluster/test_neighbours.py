@@ -8,6 +8,7 @@ import pytest
 
 from pairsieve.cluster import neighbours
 from pairsieve.config import PairsieveConfig
+from pairsieve.core.partitions import Mapper
 from tests.maps import from_disk, in_processes
 
 
@@ -38,11 +39,11 @@ def brute_force_pairs(vectors: np.ndarray, k: int, min_cosine: float) -> np.ndar
 
 def test_mapped_spans_find_the_pairs_of_one_exact_search(tmp_path, monkeypatch):
     vectors = _vectors(400)
-    whole, _ = neighbours.knn_pairs(CFG, vectors, neighbours.Mapper.local(tmp_path / "here"))
+    whole, _ = neighbours.knn_pairs(CFG, vectors, Mapper.local(tmp_path / "here"))
     assert len(whole) > 400 and (whole[:, 0] < whole[:, 1]).all()
     assert np.array_equal(whole, brute_force_pairs(vectors, 5, 0.5))
     monkeypatch.setattr(neighbours, "KNN_QUERIES", 64)  # 7 spans
-    mapper = neighbours.Mapper(tmp_path / "a", from_disk)
+    mapper = Mapper(tmp_path / "a", from_disk)
     spanned, _ = neighbours.knn_pairs(CFG, vectors, mapper)
     assert np.array_equal(spanned, whole)
     assert sorted(p.name for p in (tmp_path / "a").glob("neighbours-*.npy"))[:2] == [
@@ -58,10 +59,10 @@ def test_single_thread_workers_find_the_same_pairs_as_this_process(tmp_path):
     """Fresh processes that read the plan from disk, with enough queries for faiss's BLAS path
     (the scores' thread independence itself: tests/unit/vectors/test_threads.py)."""
     vectors = _vectors(3_000, seed=1)
-    here, _ = neighbours.knn_pairs(CFG, vectors, neighbours.Mapper.local(tmp_path / "here"))
+    here, _ = neighbours.knn_pairs(CFG, vectors, Mapper.local(tmp_path / "here"))
     with pytest.MonkeyPatch.context() as env:
         env.setenv("OMP_NUM_THREADS", "1")
         env.setenv("OPENBLAS_NUM_THREADS", "1")
-        mapper = neighbours.Mapper(tmp_path / "there", in_processes)
+        mapper = Mapper(tmp_path / "there", in_processes)
         there, _ = neighbours.knn_pairs(CFG, vectors, mapper)
     assert np.array_equal(here, there)

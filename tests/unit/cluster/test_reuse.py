@@ -12,10 +12,10 @@ import pytest
 from pairsieve import schemas as S
 from pairsieve.cluster import reuse
 from pairsieve.cluster import stage as cluster
-from pairsieve.cluster.neighbours import Mapper
 from pairsieve.cluster.reuse import PreviousClustering, positions, touching
 from pairsieve.config import PairsieveConfig, load_config
 from pairsieve.core import io
+from pairsieve.core.partitions import Mapper
 from pairsieve.mine.reuse import PreviousMining
 from tests import maps
 from tests.paths import SAMPLE_DIR

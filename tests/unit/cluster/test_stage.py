@@ -232,7 +232,7 @@ def _judge_every_pair(titles: list[str], brands: list[str | None] | None = None,
     pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
     candidates = pl.DataFrame({"a": pairs[:, 0], "b": pairs[:, 1], S.SIGNAL: "minhash"})
     cfg = PairsieveConfig().with_(**{"cluster.use_embeddings": False, **knobs}).cluster
-    context = cluster_judge.judging(cfg, candidates, nodes, attrs, None)
+    context = cluster_judge.judging(cfg, nodes, attrs, None)
     return nodes, attrs, pairs, cluster_judge.judge(context, None, candidates)
 
 

@@ -11,6 +11,7 @@ from pairsieve.experiment.arms import (
     ARMS,
     MINED_ARMS,
     ON_REQUEST,
+    TrainingRows,
     default_arms,
     recipe,
     text_columns,
@@ -71,10 +72,10 @@ def test_a_mini_batch_trains_every_arm_with_the_cached_form_of_its_own_loss(
     bundled_encoder, arm, plain, cached
 ):
     data = _tiny_data()
-    mined = {a: data.train.select(text_columns(1)) for a in MINED_ARMS}
-    as_is = recipe(arm, 0.05, bundled_encoder, bundled_encoder, data, mined, Settings())
+    rows = TrainingRows(data, {a: data.train.select(text_columns(1)) for a in MINED_ARMS})
+    as_is = recipe(arm, 0.05, bundled_encoder, bundled_encoder, rows, Settings())
     by_cache = recipe(
-        arm, 0.05, bundled_encoder, bundled_encoder, data, mined, Settings(mini_batch_size=16)
+        arm, 0.05, bundled_encoder, bundled_encoder, rows, Settings(mini_batch_size=16)
     )
     assert type(as_is.loss).__name__ == plain
     assert type(by_cache.loss).__name__ == cached
@@ -89,7 +90,7 @@ def test_the_queue_arm_refuses_a_mini_batch(bundled_encoder):
     data = _tiny_data()
     with pytest.raises(PairsieveError, match="mini-batch"):
         recipe(
-            "pairsieve-queue", 0.05, bundled_encoder, bundled_encoder, data, {},
+            "pairsieve-queue", 0.05, bundled_encoder, bundled_encoder, TrainingRows(data, {}),
             Settings(mini_batch_size=16),
         )  # fmt: skip
 

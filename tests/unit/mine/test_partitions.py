@@ -9,6 +9,7 @@ import pytest
 from pairsieve import schemas as S
 from pairsieve.config import MINE_QUERY_BATCH, PairsieveConfig
 from pairsieve.core import partitions as parts
+from pairsieve.core.partitions import Mapper
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import deepen, partitions
 from pairsieve.mine import stage as mine
@@ -76,7 +77,7 @@ def test_listing_vectors_read_from_the_plan_file_give_the_rows_of_those_in_memor
     lean = partitions.listings_on_disk(retrieval, tmp_path)
     assert isinstance(lean.listing_vectors, VectorFile)
     assert (lean.listing_vectors[0 : len(lean.listing_vectors)] == retrieval.listing_vectors).all()
-    mined, _ = partitions.mine_mapped(lean, positives, products, cfg, tmp_path)
+    mined, _ = partitions.mine_mapped(lean, positives, products, cfg, Mapper.local(tmp_path))
     _mined_equal(mined, whole)
     # A plan written elsewhere gets its own copy of the file.
     elsewhere = partitions.Plan(lean, positives, products).write(tmp_path / "elsewhere")

@@ -28,7 +28,8 @@ TITLES = [
 def _judged_under(cfg, candidates, nodes, attrs, vectors, features=None):
     """`judge` of the candidates, judged as the cluster stage judges them."""
     cosine = None if vectors is None else cluster_judge.pair_cosines(candidates, vectors)
-    context = cluster_judge.judging(cfg, candidates, nodes, attrs, cosine)
+    best = cluster_judge.best_cosines(candidates, cosine, len(attrs))
+    context = cluster_judge.judging(cfg, nodes, attrs, best)
     return cluster_judge.judge(context, cosine, candidates, features)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pairsieve.config import PairsieveConfig
+from pairsieve.core.partitions import Mapper
 from pairsieve.shards import placement
 from pairsieve.shards.batching import cap_per_product, plan_product_disjoint
 from tests.maps import from_disk, in_processes
@@ -32,7 +33,7 @@ def _cfg(cap: int | None = 3) -> PairsieveConfig:
 
 def test_one_partition_places_the_rows_as_the_planner_does(tmp_path):
     rows, cfg = _rows(3000, 1200), _cfg()
-    placed = placement.place_mapped(rows, cfg, tmp_path)
+    placed = placement.place_mapped(rows, cfg, Mapper.local(tmp_path))
     keep = np.flatnonzero(cap_per_product(rows.positive, rows.keys, 3))
     kept = rows.take(keep)
     plan = plan_product_disjoint(kept.positive, kept.negatives, kept.groups, kept.keys, BATCH)
@@ -54,7 +55,7 @@ def _assert_disjoint_blocks(rows: placement.Rows, order: np.ndarray) -> None:
 
 def test_partitions_fill_product_disjoint_blocks_and_account_for_every_row(tmp_path):
     rows = _rows(6000, 2500)
-    placed = placement.place_mapped(rows, _cfg(), tmp_path, partition_rows=1000)
+    placed = placement.place_mapped(rows, _cfg(), Mapper.local(tmp_path), partition_rows=1000)
     assert placed.partitions == -(-(6000 - placed.capped) // 1000) > 1  # after the cap
     _assert_disjoint_blocks(rows, placed.order)
     out = np.concatenate([placed.order, placed.unplaced])
@@ -62,22 +63,22 @@ def test_partitions_fill_product_disjoint_blocks_and_account_for_every_row(tmp_p
     # the cap keeps each product's lowest-key rows, as over one partition
     kept = cap_per_product(rows.positive, rows.keys, 3)
     assert np.array_equal(np.sort(out), np.flatnonzero(kept))
-    one = placement.place_mapped(rows, _cfg(), tmp_path / "one")
+    one = placement.place_mapped(rows, _cfg(), Mapper.local(tmp_path / "one"))
     assert len(placed.order) >= 0.99 * len(one.order)
 
 
 @pytest.mark.parametrize("runs", [from_disk, in_processes], ids=["from disk", "in processes"])
 def test_the_order_is_the_same_wherever_the_partitions_run(tmp_path, runs):
     rows, cfg = _rows(4000, 1500, seed=2), _cfg(cap=None)
-    here = placement.place_mapped(rows, cfg, tmp_path / "here", partition_rows=700)
-    there = placement.place_mapped(rows, cfg, tmp_path / "there", runs, partition_rows=700)
+    here = placement.place_mapped(rows, cfg, Mapper.local(tmp_path / "here"), partition_rows=700)
+    there = placement.place_mapped(rows, cfg, Mapper(tmp_path / "there", runs), partition_rows=700)
     assert here.partitions == there.partitions == 6
     assert np.array_equal(here.order, there.order)
     assert np.array_equal(here.unplaced, there.unplaced)
 
 
 def test_no_rows_is_one_empty_partition(tmp_path):
-    placed = placement.place_mapped(_rows(10, 5).take(np.arange(0)), _cfg(), tmp_path)
+    placed = placement.place_mapped(_rows(10, 5).take(np.arange(0)), _cfg(), Mapper.local(tmp_path))
     assert (placed.partitions, len(placed.order), len(placed.unplaced), placed.capped) == (
         1,
         0,

@@ -17,7 +17,6 @@ from pairsieve.config import EmbedConfig, PairsieveConfig
 from pairsieve.core.hashing import text_keys
 from pairsieve.errors import PairsieveError
 from pairsieve.vectors.embed import (
-    EmbeddingCache,
     _model_key,
     bundled_model_path,
     embed_partition,
@@ -29,6 +28,7 @@ from pairsieve.vectors.embed import (
     shared_cache,
     write_partitions,
 )
+from pairsieve.vectors.embedding_cache import EmbeddingCache
 
 TITLES = [
     "Apple iPhone 8 Plus 64GB Silver",
