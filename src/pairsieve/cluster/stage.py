@@ -418,7 +418,7 @@ def run(
     *,
     encoder: Encoder | None = None,
     previous: PreviousClustering | None = None,
-    map_spans: MapSpans | None = None,
+    map_spans: MapSpans = map_here,
 ) -> StageResult:
     """The cluster stage: write ``products.parquet``, ``pairs.parquet`` and
     ``id_changes.parquet`` into ``out_dir``, reusing ``previous``'s pairs between unchanged
@@ -427,7 +427,7 @@ def run(
     frame = read_source(inputs.listings, "listings", S.CATALOG_REQUIRED)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    mapper = Mapper(out_dir / _PARTITIONS, map_spans or map_here)
+    mapper = Mapper(out_dir / _PARTITIONS, map_spans)
     try:
         extras = Extras(
             encoder=encoder,

@@ -364,7 +364,7 @@ def run(
     *,
     encoder: Encoder | None = None,
     previous: tuple[PreviousMining, int] | None = None,
-    map_spans: MapSpans | None = None,
+    map_spans: MapSpans = map_here,
 ) -> StageResult:
     """Mine hard negatives for every clicked (query, listing) pair into ``out_dir``.
 
@@ -385,7 +385,7 @@ def run(
     spill = out_dir / _SPILL
     spill.mkdir(parents=True, exist_ok=True)
     try:
-        rows = _mine_rows(cfg, read, encoder, previous, Mapper(spill, map_spans or map_here))
+        rows = _mine_rows(cfg, read, encoder, previous, Mapper(spill, map_spans))
         outputs = _write(rows, out_dir, read.info)
     finally:
         shutil.rmtree(spill)

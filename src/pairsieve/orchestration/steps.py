@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pairsieve import schemas as S
 from pairsieve.cluster.reuse import PreviousClustering
@@ -25,13 +25,11 @@ from pairsieve.core.contract import (
 )
 from pairsieve.core.facts import ClusterFacts
 from pairsieve.core.layout import RunLayout
+from pairsieve.core.partitions import MapSpans, map_here
 from pairsieve.errors import PairsieveError
 from pairsieve.mine.reuse import PreviousMining
 from pairsieve.orchestration.stages import settings_hash, stage_config, upstream
 from pairsieve.vectors.embed import Encoder, shared_encoder
-
-if TYPE_CHECKING:
-    from pairsieve.core.partitions import MapSpans
 
 
 def _encoder(cfg: PairsieveConfig) -> Encoder:
@@ -139,7 +137,7 @@ def cluster_step(
     run_dir: Path,
     previous: Path | None = None,
     labels: tuple[Path, ...] = (),
-    map_spans: MapSpans | None = None,
+    map_spans: MapSpans = map_here,
 ) -> StageResult:
     """Cluster ingested listings into products under `run_dir/cluster/`.
 
@@ -189,7 +187,7 @@ def mine_step(
     cfg: PairsieveConfig,
     run_dir: Path,
     previous: Path | None = None,
-    map_spans: MapSpans | None = None,
+    map_spans: MapSpans = map_here,
 ) -> StageResult:
     """Mine hard negatives that never share the positive's product into `run_dir/mine/`.
 
@@ -228,9 +226,7 @@ def mine_step(
     return run_stage("mine", run_dir, settings_hash(cfg, "mine"), fingerprint, body)
 
 
-def shards_step(
-    cfg: PairsieveConfig, run_dir: Path, map_spans: MapSpans | None = None
-) -> StageResult:
+def shards_step(cfg: PairsieveConfig, run_dir: Path, map_spans: MapSpans = map_here) -> StageResult:
     """Write product-disjoint, labelled training shards into `run_dir/shards/`; ``map_spans``
     runs the placement's partitions of the rows (`shards.placement`; default in this
     process)."""

@@ -417,7 +417,7 @@ def run(
     out_dir: Path,
     *,
     fingerprints: dict[str, str] | None = None,
-    map_spans: MapSpans | None = None,
+    map_spans: MapSpans = map_here,
 ) -> StageResult:
     """Build the shards into `out_dir`: train (+ eval) data and meta files and `manifest.json`;
     ``fingerprints`` (of the inputs) are recorded in the manifest. ``map_spans`` runs the
@@ -437,7 +437,7 @@ def run(
     assembled_s = time.perf_counter() - started
     train, evalset = split_eval(rows, cfg)
     train, train_dropped, plan_details = order_train(
-        train, cfg, k, Mapper(out_dir / _PLACEMENT, map_spans or map_here)
+        train, cfg, k, Mapper(out_dir / _PLACEMENT, map_spans)
     )
     dropped.update(train_dropped)
     files, leakage = _write_splits(cfg, train, evalset, out_dir, k)
