@@ -23,7 +23,7 @@ from pathlib import Path
 import polars as pl
 from datasketch import MinHash
 
-from pairsieve.cluster import candidates, linkage, pairs_file
+from pairsieve.cluster import candidates, linkage, nodes, pairs_file
 from pairsieve.cluster import stage as cluster
 from pairsieve.cluster.neighbours import scratch_mapper
 from pairsieve.config import PairsieveConfig
@@ -99,7 +99,7 @@ def main() -> None:
 # count every thread and the forked workers of `parallel.in_processes`; other agents
 # share the cores, so wall time alone misleads).
 STEPS = {
-    "attributes": (("stage", "prepare"), ("stage", "node_table"), ("candidates", "common_codes")),
+    "attributes": (("nodes", "prepare"), ("nodes", "node_table"), ("candidates", "common_codes")),
     "code_blocks": (("candidates", "code_block_pairs"),),
     "signatures_lsh": (("candidates", "minhash_pairs"),),
     "combine_judge": (("candidates", "combine_candidates"), ("stage", "judge")),
@@ -108,6 +108,7 @@ STEPS = {
 }
 MODULES = {
     "stage": cluster,
+    "nodes": nodes,
     "candidates": candidates,
     "linkage": linkage,
     "pairs_file": pairs_file,

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from pairsieve.config_overrides import set_dotted, validation_error
 from pairsieve.errors import PairsieveError
 
 # faiss scores queries 4,096 at a time: index shards and mining's query batches (whose candidate
@@ -165,6 +166,14 @@ class ClusterConfig(Section):
     )
     min_cosine: float = Field(
         0.8, ge=-1, le=1, description="Embedding neighbours below this cosine are not candidates."
+    )
+    rare_word_share: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="A title without a model code also names a product when two of its words "
+        "are each held by at most this share of the catalog's distinct titles (and by two or "
+        "more); None: only codes and attribute cues do (benchmarks/RESULTS.md, word-named).",
     )
     judge: Literal["learned", "rule"] = Field(
         "learned",
@@ -411,36 +420,6 @@ class PairsieveConfig(Section):
         return build_config(dumped, changes, source="overrides", changes_from="overrides")
 
 
-def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = tree
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise PairsieveError("bad_config", f"{part!r} is not a section", knob=dotted)
-        node = child
-    node[parts[-1]] = value
-
-
-# Renamed keys: a config still using the old name is told the new one.
-RENAMED = {"cluster.verifier": "cluster.judge", "knn.shard_vectors": "knn.slice_vectors"}
-
-
-def _validation_error(
-    exc: ValidationError, source: str, overrides: dict[str, Any], changes_from: str
-) -> PairsieveError:
-    """The first error, naming its key and where it was set (in ``overrides`` or ``source``)."""
-    first = exc.errors()[0]
-    key = ".".join(str(p) for p in first["loc"])
-    source = changes_from if key in overrides else source
-    message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-    if key in RENAMED:
-        message = f"renamed: use {RENAMED[key]}"
-    return PairsieveError(
-        "bad_config", f"{message} (value {first.get('input')!r})", file=source, knob=key
-    )
-
-
 def build_config(
     base: dict[str, Any],
     overrides: dict[str, Any] | None = None,
@@ -451,11 +430,11 @@ def build_config(
     ``changes_from``) into a frozen config; an error names where its key was set."""
     tree, overrides = json.loads(json.dumps(base)), overrides or {}
     for dotted, value in overrides.items():
-        _set_dotted(tree, dotted, value)
+        set_dotted(tree, dotted, value)
     try:
         return PairsieveConfig.model_validate(tree)
     except ValidationError as exc:
-        raise _validation_error(exc, source, overrides, changes_from) from None
+        raise validation_error(exc, source, overrides, changes_from) from None
 
 
 def load_config(

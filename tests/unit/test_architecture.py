@@ -21,6 +21,7 @@ LAYERS = {
     "pairsieve.schemas": 0,
     "pairsieve.config": 0,
     "pairsieve.config_docs": 0,
+    "pairsieve.config_overrides": 0,
     "pairsieve.core": 1,
     "pairsieve.text": 2,
     "pairsieve.vectors": 2,

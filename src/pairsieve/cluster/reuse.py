@@ -61,7 +61,7 @@ PAIR_COLUMNS = (
 
 def _identity(listings: pl.DataFrame) -> pl.DataFrame:
     """(listing_id, title, brand): what a listing's pairs were computed from, brand normalised
-    as `cluster.prepare` has it."""
+    as `cluster.nodes.prepare` has it."""
     return listings.select(
         pl.col(S.LISTING_ID).cast(pl.String), S.TITLE, text.brand_expr(listings.columns)
     )
@@ -101,7 +101,7 @@ class PreviousClustering:
     def settled(self, frame: pl.DataFrame, nodes: pl.DataFrame) -> np.ndarray:
         """(n_nodes,) bool: nodes whose previous pairs are still valid (see module docstring).
 
-        ``frame`` and ``nodes`` are `cluster.prepare` and `cluster.node_table` of today's
+        ``frame`` and ``nodes`` are `nodes.prepare` and `nodes.node_table` of today's
         catalog (``frame`` keeps the raw title and the normalised brand).
         """
         before = _identity(self.listings)

@@ -32,7 +32,6 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass, replace
-from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,7 +41,6 @@ import polars as pl
 from pairsieve import schemas as S
 from pairsieve.cluster import candidates, labelled, lineage, pairs_file
 from pairsieve.cluster.judge import (
-    INFORMATIVE,
     best_cosines,
     judge,
     judge_mapped,
@@ -52,18 +50,16 @@ from pairsieve.cluster.judge import (
     uses_pair_model,
 )
 from pairsieve.cluster.link_groups import agglomerate_mapped
+from pairsieve.cluster.nodes import nodes_of
 from pairsieve.cluster.reuse import PreviousClustering, touching
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import io, memory
 from pairsieve.core.contract import Source, StageResult, read_source
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
-from pairsieve.core.parallel import in_processes
 from pairsieve.core.partitions import Mapper, MapSpans, map_here
-from pairsieve.errors import PairsieveError
 from pairsieve.labels.adapt import Setting
 from pairsieve.pair_model.calibration import load_calibration
-from pairsieve.text import attributes as text
 
 if TYPE_CHECKING:
     from pairsieve.vectors import knn
@@ -92,67 +88,7 @@ class Inputs:
 
 
 _NODE = candidates.NODE
-_KEY = "_key"
 _PARTITIONS = "_partitions"  # the mapped steps' plans and parts until the stage ends
-
-
-# --- nodes ---------------------------------------------------------------------------------------
-
-
-def prepare(
-    listings: pl.DataFrame, attributes: dict[str, text.Attributes] | None = None
-) -> pl.DataFrame:
-    """Listings sorted by id with ``title_norm`` and a node index (one per distinct title).
-
-    ``attributes``, when given, is filled with `text.extract_attributes` of every distinct
-    ``title_norm``, so the caller need not extract them again.
-
-    Raises:
-        PairsieveError: ``missing_column`` when ``listing_id`` or ``title`` is absent.
-    """
-    for column in S.CATALOG_REQUIRED:
-        if column not in listings.columns:
-            raise PairsieveError("missing_column", "catalog lacks a required column", column=column)
-    frame = listings.with_columns(pl.col(S.LISTING_ID).cast(pl.String))
-    if S.TITLE_NORM not in frame.columns:
-        frame = frame.with_columns(text.normalize_expr(pl.col(S.TITLE)).alias(S.TITLE_NORM))
-    frame = frame.select(S.LISTING_ID, S.TITLE, S.TITLE_NORM, text.brand_expr(frame.columns))
-    frame = frame.sort(S.LISTING_ID)
-    distinct = frame.select(pl.col(S.TITLE_NORM).unique())
-    attributes = {} if attributes is None else attributes
-    titles = [t for t in distinct[S.TITLE_NORM].to_list() if t not in attributes]
-    found = in_processes(
-        lambda lo, hi: [text.extract_attributes(t) for t in titles[lo:hi]], len(titles)
-    )
-    attributes.update(zip(titles, chain.from_iterable(found), strict=True))
-    informative = [attributes[t].informative for t in distinct[S.TITLE_NORM].to_list()]
-    distinct = distinct.with_columns(pl.Series(INFORMATIVE, informative, dtype=pl.Boolean))
-    frame = frame.join(distinct, on=S.TITLE_NORM, how="left")
-    # Low-information titles key on their own listing id: identical text is no evidence.
-    key = (
-        pl.when(pl.col(INFORMATIVE))
-        .then(pl.concat_str([pl.col(S.TITLE_NORM), pl.col(S.BRAND)], separator="\x1f"))
-        .otherwise(pl.concat_str([pl.lit("\x00"), pl.col(S.LISTING_ID)]))
-    )
-    frame = frame.with_columns(key.alias(_KEY))
-    node_keys = frame.select(pl.col(_KEY).unique().sort()).with_row_index(_NODE)
-    return frame.join(node_keys, on=_KEY, how="left").drop(_KEY).sort(S.LISTING_ID)
-
-
-def node_table(frame: pl.DataFrame) -> pl.DataFrame:
-    """One row per node in node order: representative (smallest) listing, title, brand, count."""
-    return (
-        frame.group_by(_NODE)
-        .agg(
-            pl.col(S.LISTING_ID).first(),
-            pl.col(S.TITLE).first(),
-            pl.col(S.TITLE_NORM).first(),
-            pl.col(S.BRAND).first(),
-            pl.col(INFORMATIVE).first(),
-            pl.len().alias("count"),
-        )
-        .sort(_NODE)
-    )
 
 
 # --- the stage -----------------------------------------------------------------------------------
@@ -219,20 +155,6 @@ class _Judgement:
     timings: dict[str, float]
 
 
-def _nodes(
-    listings: pl.DataFrame, max_bucket: int
-) -> tuple[pl.DataFrame, pl.DataFrame, list[text.Attributes]]:
-    """The listings with their node (`prepare`), the nodes (`node_table`) and each node's
-    attributes without the codes found on more than ``max_bucket`` titles."""
-    by_title: dict[str, text.Attributes] = {}
-    frame = prepare(listings, by_title)
-    nodes = node_table(frame)
-    attrs = [by_title[t] for t in nodes[S.TITLE_NORM].to_list()]
-    del by_title
-    common = candidates.common_codes(attrs, max_bucket)
-    return frame, nodes, [a.without_codes(common) for a in attrs]
-
-
 @dataclass(frozen=True)
 class Extras:
     """What a clustering may be given besides the catalog, the config and the map (see
@@ -261,7 +183,7 @@ def _judge(
     )
     timings: dict[str, float] = {}
     started = time.perf_counter()
-    frame, nodes, attrs = _nodes(listings, c.max_bucket)
+    frame, nodes, attrs = nodes_of(listings, c.max_bucket, c.rare_word_share)
     timings["attributes_s"] = time.perf_counter() - started
     details: dict = {"titles": len(nodes)}
     unsettled = None  # a full build generates every pair

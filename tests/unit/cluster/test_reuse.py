@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from pairsieve import schemas as S
+from pairsieve.cluster import nodes as cluster_nodes
 from pairsieve.cluster import reuse
 from pairsieve.cluster import stage as cluster
 from pairsieve.cluster.reuse import PreviousClustering, positions, touching
@@ -30,8 +31,8 @@ def _catalog(rows: list[tuple[str, str]]) -> pl.DataFrame:
 
 def _settled(before: pl.DataFrame, today: pl.DataFrame) -> dict[str, bool]:
     """{representative listing id: settled} for today's nodes."""
-    frame = cluster.prepare(today)
-    nodes = cluster.node_table(frame)
+    frame = cluster_nodes.prepare(today)
+    nodes = cluster_nodes.node_table(frame)
     settled = PreviousClustering(before, Path("never-read.parquet")).settled(frame, nodes)
     return dict(zip(nodes[S.LISTING_ID].to_list(), settled.tolist(), strict=True))
 
@@ -88,10 +89,10 @@ def test_positions_find_each_value_in_the_table_as_a_string_join_does():
 
 
 def test_pairs_between_settled_nodes_are_mapped_onto_todays_nodes(tmp_path):
-    frame = cluster.prepare(
+    frame = cluster_nodes.prepare(
         _catalog([("x", "Nikon Z6 II body"), ("y", "Nikon Z 6II body"), ("z", "Canon R6 body")])
     )
-    nodes = cluster.node_table(frame)
+    nodes = cluster_nodes.node_table(frame)
     pairs = pl.DataFrame(
         {
             S.LISTING_A: ["y", "x"],
@@ -126,8 +127,8 @@ def test_pairs_between_mapped_over_spans_of_the_previous_pairs_are_the_pairs_of_
     rng = np.random.default_rng(4)
     ids = [f"L{i:04d}" for i in range(60)]
     titles = [f"product {i % 20} model x{i}" for i in range(60)]
-    frame = cluster.prepare(pl.DataFrame({S.LISTING_ID: ids, S.TITLE: titles}))
-    nodes = cluster.node_table(frame)
+    frame = cluster_nodes.prepare(pl.DataFrame({S.LISTING_ID: ids, S.TITLE: titles}))
+    nodes = cluster_nodes.node_table(frame)
     a, b = rng.integers(0, 70, 500), rng.integers(0, 70, 500)  # some ids left the catalog
     pairs = pl.DataFrame(
         {
@@ -166,7 +167,8 @@ def test_day_two_of_an_unchanged_catalog_reproduces_day_one_and_a_new_copy_joins
     previous = PreviousClustering(catalog, tmp_path / "day1" / S.PAIRS_FILE)
     same = cluster.Inputs(catalog)
     result = cluster.run(cfg, same, tmp_path / "same", encoder=encoder, previous=previous)
-    assert result.details["settled_nodes"] == len(cluster.node_table(cluster.prepare(catalog)))
+    every_node = cluster_nodes.node_table(cluster_nodes.prepare(catalog))
+    assert result.details["settled_nodes"] == len(every_node)
     assert result.details["candidates_by_signal"] == {"code": 0, "minhash": 0, "embedding": 0}
     assert result.details["signatures_computed"] == 0  # all cached by day 1
     for name in (S.PRODUCTS_FILE, S.PAIRS_FILE):

@@ -11,6 +11,7 @@ import pytest
 from pairsieve import schemas as S
 from pairsieve.cluster import candidates, linkage
 from pairsieve.cluster import judge as cluster_judge
+from pairsieve.cluster import nodes as cluster_nodes
 from pairsieve.cluster import stage as cluster
 from pairsieve.config import PairsieveConfig
 from pairsieve.core import parallel as forked
@@ -226,7 +227,7 @@ def _judge_every_pair(titles: list[str], brands: list[str | None] | None = None,
     listings = {S.LISTING_ID: [f"x{i:02d}" for i in range(len(titles))], S.TITLE: titles}
     if brands is not None:
         listings[S.BRAND] = brands
-    nodes = cluster.node_table(cluster.prepare(pl.DataFrame(listings)))
+    nodes = cluster_nodes.node_table(cluster_nodes.prepare(pl.DataFrame(listings)))
     attrs = [text.extract_attributes(t) for t in nodes[S.TITLE_NORM].to_list()]
     n = len(nodes)
     pairs = np.array([(a, b) for a in range(n) for b in range(a + 1, n)], dtype=np.int64)
@@ -540,3 +541,24 @@ def test_mapped_search_and_judging_and_chunked_pairs_file_give_the_same_bytes(
         sorted(p.name for p in (tmp_path / "spans").iterdir() if p.name.startswith((".", "_")))
         == []
     )
+
+
+def _informative(titles: list[str], share: float | None) -> dict[str, bool]:
+    listings = pl.DataFrame({S.LISTING_ID: [f"x{i:04d}" for i in range(len(titles))],
+                             S.TITLE: titles})  # fmt: skip
+    frame = cluster_nodes.prepare(listings, rare_word_share=share)
+    return dict(frame.select(S.TITLE, cluster_nodes.INFORMATIVE).iter_rows())
+
+
+def test_word_named_titles_are_informative_where_their_words_are_rare() -> None:
+    """With `cluster.rare_word_share`, a title without a code names a product when two of its
+    words are rare in this catalog: "adobe photoshop elements" among many other titles, but
+    not "washing machine" in a catalog of washing machines, nor anything by default."""
+    fillers = [f"garden hose reel {c}{d}" for c in "abcdefghij" for d in "klmnopqrst"]
+    software = ["adobe photoshop elements", "photoshop elements by adobe", *fillers]
+    assert _informative(software, 0.01)["adobe photoshop elements"]
+    assert not _informative(software, None)["adobe photoshop elements"]
+    appliances = [f"washing machine {c}" for c in "abcdefghijklmnopqrstuvwxyz"] * 4
+    appliances += ["washing machine", "washing machine white"]
+    flags = _informative(appliances, 0.01)
+    assert not flags["washing machine"] and not flags["washing machine white"]
