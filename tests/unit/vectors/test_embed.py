@@ -307,3 +307,24 @@ def test_partitions_map_as_tasks_and_warm_cache_plans_nothing(onnx_cache_root, t
     np.testing.assert_array_equal(vectors, expected)
     with pytest.raises(PairsieveError, match="not in the embedding cache"):
         read_cached(["a title nobody embedded"], cache)
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx-int8"])
+def test_a_model_path_without_a_model_is_one_error_naming_the_setting(tmp_path, backend):
+    """A wrong `embed.model_path` stops before anything loads or exports: one error that names
+    the folder and the setting, and no export lock left in the cache."""
+    from pairsieve.config import PairsieveConfig
+    from pairsieve.errors import PairsieveError
+    from pairsieve.vectors.embed import cache_for
+
+    missing = tmp_path / "no-such-model"
+    cfg = PairsieveConfig().with_(
+        **{"embed.model_path": str(missing), "embed.backend": backend,
+           "cache_dir": str(tmp_path / "cache")}
+    )  # fmt: skip
+    for attempt in (lambda: load_encoder(cfg.embed, cfg.cache_dir), lambda: cache_for(cfg)):
+        with pytest.raises(PairsieveError) as found:
+            attempt()
+        assert found.value.code == "missing_file"
+        assert found.value.knob == "embed.model_path" and found.value.file == str(missing)
+    assert not list(tmp_path.rglob(".export.lock"))
