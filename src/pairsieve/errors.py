@@ -11,7 +11,7 @@ class PairsieveError(Exception):
 
     The CLI prints it as one line and exits with code 2, writing nothing. ``code`` is a stable
     identifier (``missing_file``, ``missing_column``, ``unreadable_file``, ``bad_config`` ...);
-    ``file``, ``row``, ``column`` and ``knob`` say where to look and what to change.
+    ``file``, ``row``, ``column``, ``knob`` and ``url`` say where to look and what to change.
     """
 
     code: str
@@ -20,6 +20,7 @@ class PairsieveError(Exception):
     row: int | None = None
     column: str | None = None
     knob: str | None = None
+    url: str | None = None
 
     def __str__(self) -> str:
         where = [
@@ -29,6 +30,7 @@ class PairsieveError(Exception):
                 ("row", self.row),
                 ("column", self.column),
                 ("config", self.knob),
+                ("url", self.url),
             )
             if value is not None
         ]

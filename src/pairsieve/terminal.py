@@ -26,17 +26,21 @@ from rich.text import Text
 
 from pairsieve.core.contract import reasons_text
 from pairsieve.core.progress import LogLines, Progress, shown_by
-from pairsieve.errors import PairsieveError
+from pairsieve.faults import environment_error, tells_a_fault
 
 console = Console(stderr=True)
 
 
-class _HidePairsieveErrors(logging.Filter):
-    """Prefect logs a failed run with its traceback; a PairsieveError is already one clear line."""
+class _HideTold(logging.Filter):
+    """Prefect logs a failed run with its traceback. A PairsieveError or a fault of the
+    environment ends the command in one clear line of its own, so its traceback is left out;
+    a bug's stays."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, PairsieveError) and "PairsieveError" not in record.getMessage()
+        if exc is not None:
+            return environment_error(exc) is None
+        return not tells_a_fault(record.getMessage())
 
 
 VERBOSITY = {"verbose": False}  # set by the --verbose option before any command runs
@@ -74,7 +78,7 @@ def setup_logging() -> None:
         "prefect.flow_engine",
         "prefect.engine",
     ):
-        logging.getLogger(run_logger).addFilter(_HidePairsieveErrors())
+        logging.getLogger(run_logger).addFilter(_HideTold())
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:

@@ -68,8 +68,11 @@ def run_build(
     previous: Path | None = None,
     labels: list[Path] | None = None,
 ) -> dict[str, Any]:
-    """Run the Prefect `build` flow and print what each stage did."""
+    """Check the environment, run the Prefect `build` flow and print what each stage did."""
+    from pairsieve.orchestration import preflight
     from pairsieve.orchestration.flows import build
+
+    preflight.check(cfg, out, [*clicks, *catalog])
 
     with terminal.showing_progress(cfg.runner.progress_every_s):
         summary = build(
@@ -222,9 +225,11 @@ def audit_command(
     overrides: SetOpt = None,
 ) -> None:
     """Report a dataset's false-negative rate and in-batch collisions into OUT/report.html|json."""
+    from pairsieve.orchestration import preflight
     from pairsieve.orchestration.flows import audit
 
     cfg = config_from_cli(config, overrides)
+    preflight.check(cfg, out, [str(dataset), *([str(catalog)] if catalog else [])])
     with terminal.showing_progress(cfg.runner.progress_every_s):
         result = audit(
             dataset=str(dataset),

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import tomllib
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,8 +16,10 @@ import typer
 from rich.markup import escape
 
 from pairsieve import terminal
+from pairsieve.cli import homes
 from pairsieve.config import PairsieveConfig, load_config
 from pairsieve.errors import PairsieveError
+from pairsieve.faults import environment_error
 
 # Prefect's ephemeral API starts a local server on first use; on a busy 2-core machine it needs
 # longer than the default 20 s, and the CLI never phones home.
@@ -30,6 +33,9 @@ for _key, _value in (
     ("TRANSFORMERS_VERBOSITY", "error"),
 ):
     os.environ.setdefault(_key, _value)
+_PREFECT_HOME_NOTE = homes.prefect_home()  # before Prefect reads its settings
+# A PREFECT_HOME that cannot be made is told by the checks before a build, in one line.
+warnings.filterwarnings("ignore", message="Failed to create the Prefect home directory")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True)
 console = terminal.console
@@ -94,27 +100,45 @@ CatalogInputsOpt = Annotated[
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Run a command; a PairsieveError becomes one clear line and exit code 2."""
+    """Run a command; a PairsieveError, or a fault of the environment (`faults`), becomes one
+    clear line and exit code 2. Anything else is a bug and keeps its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         terminal.setup_logging()
         terminal.stop_on_sigterm()
+        if _PREFECT_HOME_NOTE:
+            console.print(_PREFECT_HOME_NOTE, highlight=False, soft_wrap=True)
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
             console.print("stopped: a build resumes from its staging folder when run again")
             raise typer.Exit(code=130) from None
-        except PairsieveError as exc:
-            console.print(f"[bold red]error[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        except Exception as exc:
+            fault = environment_error(exc)
+            if fault is None:
+                raise
+            if terminal.VERBOSITY["verbose"]:
+                console.print_exception()
+            notes = (*getattr(exc, "__notes__", ()), *getattr(fault, "__notes__", ()))
+            for note in dict.fromkeys(notes):  # what was cleaned up or kept, said once
+                console.print(escape(note), highlight=False, soft_wrap=True)
+            console.print(
+                f"[bold red]error[/] {escape(str(fault))}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(code=2) from None
 
     return wrapper
 
 
 def config_from_cli(config: Path | None, overrides: list[str] | None) -> PairsieveConfig:
-    """Load --config and apply --set overrides."""
-    return load_config(config, dict(parse_override(item) for item in overrides or []))
+    """Load --config and apply --set overrides; a default cache folder that cannot be written
+    moves to the temporary folder, with a line saying so."""
+    cfg = load_config(config, dict(parse_override(item) for item in overrides or []))
+    cfg, note = homes.cache_dir(cfg)
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
+    return cfg
 
 
 def print_json(obj: Any) -> None:

@@ -77,6 +77,9 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
     from pairsieve.experiment.arms import ARMS, default_arms
     from pairsieve.experiment.runner import run as run_experiment
     from pairsieve.experiment.settings import Settings
+    from pairsieve.orchestration.preflight import writable_folder
+
+    writable_folder(out.parent, "--out")  # before an hour of training, not after it
 
     chosen = _names(arms) if arms else default_arms(truth_column is not None)
     unknown = sorted(set(chosen) - set(ARMS))

@@ -23,20 +23,26 @@ from pairsieve.core.layout import RunLayout
 from pairsieve.core.memory import watch
 from pairsieve.core.partitions import Span
 from pairsieve.errors import PairsieveError
+from pairsieve.faults import environment_error
 from pairsieve.orchestration import publish, steps
 from pairsieve.orchestration.progress import ProgressArtifacts
 from pairsieve.vectors.embed import EmbedStats, embed_partition
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
-    """Retry a failed task unless it failed on the input or config: that fails the same again."""
+    """Retry a failed task unless it failed on the input, the config or a disk that is full,
+    read-only or forbidden: those fail the same again."""
     try:
         state.result()
     except PairsieveError:
         return False
-    except Exception:  # noqa: BLE001 - any other failure may be transient (I/O, a lost worker)
-        return True
+    except Exception as exc:  # noqa: BLE001 - any other failure may be transient (a lost worker)
+        fault = environment_error(exc)
+        return fault is None or fault.code not in _LASTING
     return True
+
+
+_LASTING = ("disk_full", "read_only", "permission_denied")
 
 
 # Stages are idempotent (skipped when up to date), so a retry after a transient failure is safe.

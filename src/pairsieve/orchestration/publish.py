@@ -25,6 +25,7 @@ from pathlib import Path
 from pairsieve.core import io
 from pairsieve.core.layout import RunLayout, staging_dir
 from pairsieve.errors import PairsieveError
+from pairsieve.faults import environment_error
 from pairsieve.schemas import CARD_FILE, MANIFEST_FILE, STAGE_JSON
 
 _AT_FDCWD = -100
@@ -95,18 +96,57 @@ def prepare_staging(out: str | Path) -> Path:
     return staging
 
 
+# Faults after which the staging folder is removed: a rerun cannot resume on a disk that is
+# full or read-only, and a full disk must not be left full by the build that filled it.
+_UNRESUMABLE = ("disk_full", "read_only")
+
+
+def _size(folder: Path) -> str:
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return f"{size / 1e6:,.1f} MB" if size >= 1e5 else f"{size / 1e3:,.1f} kB"
+
+
+def _after_failure(staging: Path, exc: BaseException, out: Path) -> BaseException:
+    """Clean up after a failed build and say what stays: the exception to raise.
+
+    A build that completed no stage, or that met a full or read-only disk, removes its staging
+    folder (saying so, or where it is and how large when it cannot be removed); any other keeps
+    it for the next run to resume from, and says where it is.
+    """
+    fault = environment_error(exc, where=str(out))
+    completed = any(staging.glob(f"*/{STAGE_JSON}"))
+    if completed and (fault is None or fault.code not in _UNRESUMABLE):
+        if fault is not None:
+            fault.add_note(f"kept {staging} ({_size(staging)}): the same command resumes from it")
+        return exc if fault is None or isinstance(exc, PairsieveError) else fault
+    size = _size(staging) if staging.exists() else "empty"
+    shutil.rmtree(staging, ignore_errors=True)
+    if fault is None:
+        return exc
+    if staging.exists():
+        fault.add_note(f"could not remove {staging} ({_size(staging)}): remove it")
+    elif completed:
+        fault.add_note(f"removed {staging} ({size}); the next run starts over")
+    return fault
+
+
 @contextlib.contextmanager
 def building(out: str | Path) -> Iterator[Path]:
     """Hold the lock of ``out`` and yield its staging folder for the build to work in.
 
-    If the build fails before any stage completed, the empty staging folder is removed, so a
-    rejected input leaves nothing behind; otherwise it stays for the next run to resume from.
+    On failure the staging folder is removed or kept as `_after_failure` decides; a fault of
+    the environment is raised as the `PairsieveError` that names it.
     """
     with build_lock(out):
         staging = prepare_staging(out)
         try:
             yield staging
-        except BaseException:
+        except Exception as exc:
+            raised = _after_failure(staging, exc, Path(out))
+            if raised is exc:
+                raise
+            raise raised from exc
+        except BaseException:  # Ctrl-C, SIGTERM: resume from the staging folder
             if not any(staging.glob(f"*/{STAGE_JSON}")):
                 shutil.rmtree(staging, ignore_errors=True)
             raise
