@@ -8,6 +8,7 @@ API and the task runner's scheduler answer.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import socket
@@ -66,7 +67,7 @@ def _local_bytes(inputs: list[str]) -> int:
         elif path.is_dir():
             total += sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
         else:
-            total += sum(p.stat().st_size for p in Path().glob(item) if p.is_file())
+            total += sum(os.path.getsize(p) for p in glob.glob(item) if os.path.isfile(p))
     return total
 
 

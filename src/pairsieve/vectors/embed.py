@@ -31,6 +31,7 @@ from pairsieve.core import progress
 from pairsieve.core.hashing import text_keys
 from pairsieve.core.io import write_parquet
 from pairsieve.errors import PairsieveError
+from pairsieve.faults import environment_error
 from pairsieve.vectors.embedding_cache import EmbeddingCache
 
 log = logging.getLogger(__name__)
@@ -124,15 +125,26 @@ def load_encoder(cfg: EmbedConfig, cache_dir: str | Path | None = None) -> Encod
     ONNX backends export the bundled weights once into ``<cache_dir>/onnx/`` (``cache_dir``
     defaults to `PairsieveConfig.cache_dir`'s default; pass ``cfg.cache_dir``).
     """
-    if cfg.backend == "torch":
-        return SentenceTransformerEncoder(cfg)
-    from pairsieve.vectors.onnx import OnnxEncoder, ensure_onnx_model
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     path = model_folder(cfg)
-    root = Path(cache_dir or PairsieveConfig.model_fields["cache_dir"].default).expanduser()
-    onnx_file = ensure_onnx_model(path, root / "onnx", cfg.backend)
-    return OnnxEncoder(onnx_file, path, cfg, _model_key(path, cfg))
+    try:
+        if cfg.backend == "torch":
+            return SentenceTransformerEncoder(cfg)
+        from pairsieve.vectors.onnx import OnnxEncoder, ensure_onnx_model
+
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        root = Path(cache_dir or PairsieveConfig.model_fields["cache_dir"].default).expanduser()
+        onnx_file = ensure_onnx_model(path, root / "onnx", cfg.backend)
+        return OnnxEncoder(onnx_file, path, cfg, _model_key(path, cfg))
+    except (OSError, ValueError, RuntimeError) as exc:
+        if environment_error(exc) is not None:
+            raise  # a full disk or read-only cache, told as such
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PairsieveError(
+            "bad_model",
+            f"the model folder does not load: {first_line}",
+            file=path,
+            knob="embed.model_path",
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -270,8 +282,6 @@ def read_cached(texts: Sequence[str], cache: EmbeddingCache) -> np.ndarray:
     Raises:
         PairsieveError: ``embedding_missing`` naming how many texts are not cached.
     """
-    from pairsieve.errors import PairsieveError
-
     found, vectors = cache.lookup(text_keys(texts))
     if not found.all() or vectors is None:
         raise PairsieveError(

@@ -26,6 +26,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import threading
 import uuid
 import warnings
@@ -160,7 +161,13 @@ def ensure_onnx_model(model_path: str, export_root: Path, backend: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with _EXPORT_LOCK, open(folder / ".export.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        return _export_chain(model_path, folder, backend)
+        try:
+            return _export_chain(model_path, folder, backend)
+        except BaseException:
+            # A model that does not export leaves no folder holding only the lock behind.
+            if {p.name for p in folder.iterdir()} <= {".export.lock"}:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
 
 
 @contextlib.contextmanager

@@ -328,3 +328,20 @@ def test_a_model_path_without_a_model_is_one_error_naming_the_setting(tmp_path, 
         assert found.value.code == "missing_file"
         assert found.value.knob == "embed.model_path" and found.value.file == str(missing)
     assert not list(tmp_path.rglob(".export.lock"))
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx-int8"])
+def test_a_model_folder_that_does_not_load_is_one_error_and_leaves_no_lock(tmp_path, backend):
+    """A folder with a config but no weights (a half-copied model) fails to load: one error
+    naming the folder and the setting, and no export folder left holding only its lock."""
+    from pairsieve.config import EmbedConfig
+    from pairsieve.errors import PairsieveError
+
+    broken = tmp_path / "half-copied"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(PairsieveError) as found:
+        load_encoder(EmbedConfig(model_path=str(broken), backend=backend), tmp_path / "cache")
+    assert (found.value.code, found.value.file) == ("bad_model", str(broken))
+    assert found.value.knob == "embed.model_path"
+    assert not list(tmp_path.rglob(".export.lock"))
