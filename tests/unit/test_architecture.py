@@ -33,7 +33,7 @@ LAYERS = {
     "pairsieve.mine": 3,
     "pairsieve.shards": 3,
     "pairsieve.report": 3,
-    "pairsieve.audit": 4,  # a composite: ingest, cluster and report over a dataset made elsewhere
+    "pairsieve.audits": 4,  # a composite: ingest, cluster and report over a dataset made elsewhere
     "pairsieve.training": 4,
     "pairsieve.experiment": 5,
     "pairsieve.orchestration": 4,

@@ -271,7 +271,7 @@ def audit_step(
 ) -> StageResult:
     """Audit a dataset built elsewhere into the folder ``out`` (published atomically), its
     estimate corrected by the answered ``labels`` files when given."""
-    from pairsieve.audit import stage as audit
+    from pairsieve.audits import stage as audit
     from pairsieve.core import io
 
     files = [dataset] + ([catalog] if catalog else []) + list(labels)

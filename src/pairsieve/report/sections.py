@@ -1,6 +1,6 @@
 """Sections of the duplicate-impact report, built from frames and arrays (no file reading).
 
-`pairsieve.report.stage` (a pipeline run) and `pairsieve.audit.stage` (a dataset made elsewhere)
+`pairsieve.report.stage` (a pipeline run) and `pairsieve.audits.stage` (a dataset made elsewhere)
 feed them.
 Every section is a plain dict ``{title, figures, tables, charts, notes}`` so report.json holds
 every number the page shows; charts are bar-chart specs that `report_html` draws as SVG.

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.audit.pairs import NEGATIVES
+from pairsieve.audits.pairs import NEGATIVES
 from pairsieve.errors import PairsieveError
 
 _SUFFIXES = (".parquet", ".jsonl", ".ndjson", ".json")

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pairsieve import schemas as S
-from pairsieve.audit import stage as audit
-from pairsieve.audit.dataset import read_dataset
+from pairsieve.audits import stage as audit
+from pairsieve.audits.dataset import read_dataset
 from pairsieve.cli import app
 from pairsieve.config import PairsieveConfig
 from pairsieve.errors import PairsieveError

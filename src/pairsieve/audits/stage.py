@@ -25,8 +25,8 @@ import numpy as np
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.audit.dataset import read_dataset
-from pairsieve.audit.pairs import (
+from pairsieve.audits.dataset import read_dataset
+from pairsieve.audits.pairs import (
     NEGATIVES,
     cluster_texts,
     distinct_pairs,
