@@ -1,5 +1,6 @@
 """pairsieve: clean contrastive training data from click logs and a listing catalog."""
 
+import importlib
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -14,8 +15,6 @@ __all__ = ["__version__", *_API]
 def __getattr__(name: str):
     """`pairsieve.build` and `pairsieve.audit` (`pairsieve.api`), imported on first use: a bare
     `import pairsieve` stays light."""
-    if name in _API:
-        from pairsieve import api
-
-        return getattr(api, name)
+    if name in _API:  # the top layer, re-exported by name: the package root imports nothing
+        return getattr(importlib.import_module("pairsieve.api"), name)
     raise AttributeError(f"module 'pairsieve' has no attribute {name!r}")

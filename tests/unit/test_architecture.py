@@ -38,6 +38,7 @@ LAYERS = {
     "pairsieve.experiment": 5,
     "pairsieve.orchestration": 4,
     "pairsieve.cli": 6,
+    "pairsieve.api": 6,  # build and audit from Python: the same flows as the CLI
     "pairsieve.terminal": 6,
 }
 
