@@ -14,7 +14,7 @@ vectors from pairsieve's embedding cache (max_seq_length 64, unit norm) are save
 names `mine_hard_negatives` computes for its de-duplicated queries and corpus. The mining itself
 (retrieval, positive skipping, top-k selection) is sentence-transformers' code, unchanged.
 
-Both are then audited by `pairsieve.audit.stage.run` (what `pairsieve audit --dataset … --catalog …`
+Both are then audited by `pairsieve.audits.stage.run` (what `pairsieve audit --dataset … --catalog …`
 runs) with the same catalog, so both rates use the same product clustering; the script also
 counts false negatives against PriceRunner's ground-truth product ids as a cross-check.
 
@@ -35,8 +35,8 @@ import polars as pl
 from harness.audit_data import NUM_NEGATIVES, st_dataset
 
 from pairsieve import schemas as S
-from pairsieve.audit import stage as audit
-from pairsieve.audit.dataset import read_dataset
+from pairsieve.audits import stage as audit
+from pairsieve.audits.dataset import read_dataset
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog, pricerunner
 from pairsieve.orchestration import steps

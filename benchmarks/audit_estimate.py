@@ -13,7 +13,7 @@ n-tuple layout (anchor, positive, negative_1..5) are made from its (query, click
 * ``st-mined``: sentence-transformers' own `mine_hard_negatives` (`harness.audit_data.st_dataset`,
   as ``audit.py`` mines: no margin, only the positive's own text skipped).
 
-Each is audited as a user would (`pairsieve.audit.stage.run` with the catalog, no truth column),
+Each is audited as a user would (`pairsieve.audits.stage.run` with the catalog, no truth column),
 and its estimate (the mean ``p_same``), interval and cluster count are set beside the share of
 negatives whose ground-truth product is the positive's.
 
@@ -35,7 +35,7 @@ import polars as pl
 from harness.audit_data import NUM_NEGATIVES, WITHIN_SHOP_TRUTH, st_dataset, with_truth
 
 from pairsieve import schemas as S
-from pairsieve.audit import stage as audit
+from pairsieve.audits import stage as audit
 from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog
 from pairsieve.datasets.benchmarks import benchmark
