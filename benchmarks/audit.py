@@ -14,9 +14,10 @@ vectors from pairsieve's embedding cache (max_seq_length 64, unit norm) are save
 names `mine_hard_negatives` computes for its de-duplicated queries and corpus. The mining itself
 (retrieval, positive skipping, top-k selection) is sentence-transformers' code, unchanged.
 
-Both are then audited by `pairsieve.audits.stage.run` (what `pairsieve audit --dataset … --catalog …`
-runs) with the same catalog, so both rates use the same product clustering; the script also
-counts false negatives against PriceRunner's ground-truth product ids as a cross-check.
+Both are then audited by `pairsieve.audits.stage.run` (what
+`pairsieve audit --dataset … --catalog …` runs) with the same catalog, so both rates use the
+same product clustering; the script also counts false negatives against PriceRunner's
+ground-truth product ids as a cross-check.
 
     .venv/bin/python benchmarks/audit.py [--data /work/shared/data] [--work /tmp/ps-audit-bench]
 

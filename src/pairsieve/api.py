@@ -3,7 +3,7 @@
 writing the same folders.
 
     import pairsieve
-    result = pairsieve.audits(train_dataset, out="audit", catalog=catalog_frame)
+    result = pairsieve.audit(train_dataset, out="audit", catalog=catalog_frame)
     result.false_negative_rate, result.interval   # the share of negatives that are copies
     build = pairsieve.build(clicks="logs/", catalog="catalog.parquet", out="runs/today")
     build.train_dataset()                         # a datasets.Dataset with product-id labels
@@ -118,12 +118,14 @@ def audit(
 ) -> AuditResult:
     """`pairsieve audit` from Python: the false negatives of a dataset mined elsewhere (its
     sentence-transformers columns or FlagEmbedding's), against ``catalog`` when given."""
+    from pairsieve.orchestration import preflight
     from pairsieve.orchestration.flows import audit as audit_flow
 
     cfg = load_config(Path(config) if config else None, settings)
     with tempfile.TemporaryDirectory(prefix="pairsieve-inputs-") as scratch:
         data_path = _as_path(dataset, "dataset", Path(scratch))
         catalog_path = _as_path(catalog, "catalog", Path(scratch)) if catalog is not None else None
+        preflight.check(cfg, Path(out), [data_path, *([catalog_path] if catalog_path else [])])
         audit_flow(
             dataset=data_path,
             out=str(out),

@@ -57,25 +57,32 @@ def test_a_fault_behind_a_wrapping_error_is_found():
     assert environment_error(group).code == "read_only"
 
 
-def test_services_that_do_not_answer_are_named_by_url_and_setting():
-    api = environment_error(RuntimeError("Failed to reach API at http://127.0.0.1:9/api/"))
-    assert (api.code, api.url, api.knob) == (
-        "prefect_api",
-        "http://127.0.0.1:9/api",
-        "PREFECT_API_URL",
-    )
-    dask = environment_error(
-        OSError("Timed out trying to connect to tcp://10.0.0.5:8786 after 30 s")
-    )
-    assert (dask.code, dask.url, dask.knob) == (
-        "scheduler_unreachable",
-        "tcp://10.0.0.5:8786",
-        "runner.address",
-    )
-    home = environment_error(
-        RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server.")
-    )
-    assert home.knob == "PREFECT_HOME"
+@pytest.mark.parametrize(
+    ("exc", "code", "url", "knob"),
+    [
+        (
+            RuntimeError("Failed to reach API at http://127.0.0.1:9/api/"),
+            "prefect_api",
+            "http://127.0.0.1:9/api",
+            "PREFECT_API_URL",
+        ),
+        (
+            OSError("Timed out trying to connect to tcp://10.0.0.5:8786 after 30 s"),
+            "scheduler_unreachable",
+            "tcp://10.0.0.5:8786",
+            "runner.address",
+        ),
+        (
+            RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server."),
+            "prefect_api",
+            None,
+            "PREFECT_HOME",
+        ),
+    ],
+)
+def test_services_that_do_not_answer_are_named_by_url_and_setting(exc, code, url, knob):
+    fault = environment_error(exc)
+    assert (fault.code, fault.url, fault.knob) == (code, url, knob)
 
 
 def test_a_bug_is_not_a_fault():

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from pairsieve.config import PairsieveConfig
+from pairsieve.core import io
 from pairsieve.errors import PairsieveError
 
 
@@ -20,10 +21,10 @@ def writable(folder: Path) -> bool:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     try:
-        with tempfile.NamedTemporaryFile(dir=existing, prefix=".pairsieve-probe-"):
-            return True
+        io.probe_write(existing)
     except OSError:
         return False
+    return True
 
 
 def _fallback(name: str) -> Path:

@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -101,6 +102,22 @@ def staged_dir(final: str | Path) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def probe_write(folder: str | Path) -> None:
+    """Make and remove one file in ``folder``: the only sure test that it can be written (a
+    read-only mount lets root pass every permission check).
+
+    Raises:
+        OSError: as the file system answers (read-only, permission, no space).
+    """
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".pairsieve-probe-"):
+        pass
+
+
+def folder_bytes(folder: str | Path) -> int:
+    """Bytes of every file under ``folder``."""
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

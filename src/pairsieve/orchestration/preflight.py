@@ -12,11 +12,11 @@ import glob
 import os
 import shutil
 import socket
-import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pairsieve.config import PairsieveConfig, RunnerConfig
+from pairsieve.core import io
 from pairsieve.errors import PairsieveError
 from pairsieve.faults import environment_error
 from pairsieve.vectors.embed import model_folder
@@ -46,8 +46,7 @@ def writable_folder(folder: Path, named: str, knob: str | None = None) -> None:
     made if need be, and takes a new file."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".pairsieve-probe-"):
-            pass
+        io.probe_write(folder)
     except OSError as exc:
         fault = environment_error(exc, where=str(folder))
         if fault is None:
@@ -65,7 +64,7 @@ def _local_bytes(inputs: list[str]) -> int:
         if path.is_file():
             total += path.stat().st_size
         elif path.is_dir():
-            total += sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+            total += io.folder_bytes(path)
         else:
             total += sum(os.path.getsize(p) for p in glob.glob(item) if os.path.isfile(p))
     return total

@@ -102,7 +102,7 @@ _UNRESUMABLE = ("disk_full", "read_only")
 
 
 def _size(folder: Path) -> str:
-    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    size = io.folder_bytes(folder)
     return f"{size / 1e6:,.1f} MB" if size >= 1e5 else f"{size / 1e3:,.1f} kB"
 
 
@@ -118,7 +118,7 @@ def _after_failure(staging: Path, exc: BaseException, out: Path) -> BaseExceptio
     if completed and (fault is None or fault.code not in _UNRESUMABLE):
         if fault is not None:
             fault.add_note(f"kept {staging} ({_size(staging)}): the same command resumes from it")
-        return exc if fault is None or isinstance(exc, PairsieveError) else fault
+        return fault or exc
     size = _size(staging) if staging.exists() else "empty"
     shutil.rmtree(staging, ignore_errors=True)
     if fault is None:
@@ -134,22 +134,19 @@ def _after_failure(staging: Path, exc: BaseException, out: Path) -> BaseExceptio
 def building(out: str | Path) -> Iterator[Path]:
     """Hold the lock of ``out`` and yield its staging folder for the build to work in.
 
-    On failure the staging folder is removed or kept as `_after_failure` decides; a fault of
-    the environment is raised as the `PairsieveError` that names it.
+    On failure (Ctrl-C and SIGTERM included) the staging folder is removed or kept as
+    `_after_failure` decides; a fault of the environment is raised as the `PairsieveError` that
+    names it.
     """
     with build_lock(out):
         staging = prepare_staging(out)
         try:
             yield staging
-        except Exception as exc:
+        except BaseException as exc:
             raised = _after_failure(staging, exc, Path(out))
             if raised is exc:
                 raise
             raise raised from exc
-        except BaseException:  # Ctrl-C, SIGTERM: resume from the staging folder
-            if not any(staging.glob(f"*/{STAGE_JSON}")):
-                shutil.rmtree(staging, ignore_errors=True)
-            raise
 
 
 def _exchange(a: Path, b: Path) -> bool:
