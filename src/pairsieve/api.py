@@ -1,10 +1,11 @@
-"""pairsieve from Python, in the trainer's idiom: `build` and `audit` take paths, polars frames or
-`datasets.Dataset`s and return typed results, running the same Prefect flows as the CLI and
-writing the same folders.
+"""pairsieve from Python, in the trainer's idiom: `build`, `audit` and `clean` take paths, polars
+frames or `datasets.Dataset`s and return typed results, running the same Prefect flows as the CLI
+and writing the same folders.
 
     import pairsieve
     result = pairsieve.audit(train_dataset, out="audit", catalog=catalog_frame)
     result.false_negative_rate, result.interval   # the share of negatives that are copies
+    cleaned = pairsieve.clean(train_dataset, catalog_frame)  # a datasets.Dataset, `label` added
     build = pairsieve.build(clicks="logs/", catalog="catalog.parquet", out="runs/today")
     build.train_dataset()                         # a datasets.Dataset with product-id labels
 """
@@ -141,3 +142,40 @@ def audit(
         tuple(interval) if interval else None,
         report,
     )
+
+
+def clean(
+    dataset: Table,
+    catalog: Table | None = None,
+    out: str | Path | None = None,
+    labels: list[str | Path] | None = None,
+    config: str | Path | None = None,
+    **settings: Any,
+):
+    """`pairsieve clean` from Python: ``dataset`` with each negative that is its positive's
+    product replaced by a safe hard negative from ``catalog``, as a `datasets.Dataset` with the
+    product ids in `label` (for a sentence-transformers layout), ready for
+    `SentenceTransformerTrainer` with `MaskedMultipleNegativesRankingLoss` and
+    `ProductDisjointBatchSampler`. With ``out``, the folder keeps the repaired files and the
+    report (the audit before and after); without it they are written to a temporary folder."""
+    from datasets import Dataset
+
+    from pairsieve.audits.dataset import dataset_files, read_file
+    from pairsieve.orchestration import preflight
+    from pairsieve.orchestration.flows import clean as clean_flow
+
+    cfg = load_config(Path(config) if config else None, settings)
+    with tempfile.TemporaryDirectory(prefix="pairsieve-inputs-") as scratch:
+        data_path = _as_path(dataset, "dataset", Path(scratch))
+        catalog_path = _as_path(catalog, "catalog", Path(scratch)) if catalog is not None else None
+        folder = Path(out) if out is not None else Path(scratch) / "clean"
+        preflight.check(cfg, folder, [data_path, *([catalog_path] if catalog_path else [])])
+        clean_flow(
+            dataset=data_path,
+            out=str(folder),
+            catalog=catalog_path,
+            config=cfg.model_dump(mode="json"),
+            labels=[str(p) for p in labels or []],
+        )
+        frames = [read_file(f) for f in dataset_files(folder / "dataset")]
+        return Dataset(pl.concat(frames, how="diagonal_relaxed").to_arrow())

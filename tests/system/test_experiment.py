@@ -63,7 +63,14 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
         ("zero-shot", None),
         *(
             (arm, tau)
-            for arm in ("naive", "pairsieve", "pairsieve-queue", "shards-stock", "oracle")
+            for arm in (
+                "naive",
+                "cleaned",
+                "pairsieve",
+                "pairsieve-queue",
+                "shards-stock",
+                "oracle",
+            )
             for tau in (0.05, "learned")
         ),
         ("st-best", 0.05),  # GISTEmbedLoss takes no learned temperature
@@ -81,6 +88,8 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
     assert {
         ("pairsieve", "naive"),
         ("pairsieve", "st-best"),
+        ("cleaned", "naive"),
+        ("cleaned", "st-best"),
         ("oracle", "pairsieve"),
         ("pairsieve", "shards-stock"),
         ("pairsieve-queue", "pairsieve"),
@@ -88,8 +97,9 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
     for c in results["comparisons"]:
         assert c["ci"][0] <= c["difference"] <= c["ci"][1], c
     shares = results["negatives_of_the_positive_product"]
-    assert set(shares) == {"naive", "st-best", "pairsieve"}
+    assert set(shares) == {"naive", "st-best", "cleaned", "pairsieve"}
     assert shares["pairsieve"] < shares["naive"]  # the miner without products keeps copies
+    assert shares["cleaned"] < shares["naive"]
     per_query = pl.read_parquet(out / "per_query.parquet")
     assert per_query.height == results["queries"] * len(results["runs"])
     page = (out / "report.html").read_text()

@@ -34,11 +34,12 @@ LAYERS = {
     "pairsieve.shards": 3,
     "pairsieve.report": 3,
     "pairsieve.audits": 4,  # a composite: ingest, cluster and report over a dataset made elsewhere
+    "pairsieve.cleaning": 4,  # a composite: the audit and the miner repair a dataset made elsewhere
     "pairsieve.training": 4,
     "pairsieve.experiment": 5,
     "pairsieve.orchestration": 4,
     "pairsieve.cli": 6,
-    "pairsieve.api": 6,  # build and audit from Python: the same flows as the CLI
+    "pairsieve.api": 6,  # build, audit and clean from Python: the same flows as the CLI
     "pairsieve.terminal": 6,
 }
 

@@ -36,7 +36,8 @@ def dataset_files(path: Path) -> list[Path]:
     return files
 
 
-def _read_one(path: Path) -> pl.DataFrame:
+def read_file(path: Path) -> pl.DataFrame:
+    """One data file as it is (parquet, or JSONL by any other supported suffix)."""
     if path.suffix.lower() == ".parquet":
         return pl.read_parquet(path)
     if path.suffix.lower() in _SUFFIXES:
@@ -44,14 +45,16 @@ def _read_one(path: Path) -> pl.DataFrame:
     raise PairsieveError("bad_format", "dataset must be parquet or JSONL", file=str(path))
 
 
-def _negative_columns(columns: list[str]) -> list[str]:
+def negative_columns(columns: list[str]) -> list[str]:
+    """sentence-transformers' negative columns in order: `negative`, then `negative_1` …."""
     numbered = [c for c in columns if c.startswith("negative_") and c[9:].isdigit()]
     numbered.sort(key=lambda c: int(c[9:]))
     return (["negative"] if "negative" in columns else []) + numbered
 
 
-def normalise_dataset(frame: pl.DataFrame, source: str) -> pl.DataFrame:
-    """(anchor, positive, negatives: list[str]) from either supported layout.
+def normalise_dataset(frame: pl.DataFrame, source: str, keep: tuple[str, ...] = ()) -> pl.DataFrame:
+    """(anchor, positive, negatives: list[str]) from either supported layout, after the columns
+    ``keep`` of ``frame`` (carried along, e.g. a row number).
 
     Raises:
         PairsieveError: ``missing_column`` naming the file and the absent column.
@@ -61,7 +64,7 @@ def normalise_dataset(frame: pl.DataFrame, source: str) -> pl.DataFrame:
             raise PairsieveError(
                 "missing_column", "no positive column", file=source, column=S.POSITIVE
             )
-        negs = _negative_columns(frame.columns)
+        negs = negative_columns(frame.columns)
         if not negs:
             raise PairsieveError(
                 "missing_column",
@@ -70,6 +73,7 @@ def normalise_dataset(frame: pl.DataFrame, source: str) -> pl.DataFrame:
                 column="negative_1",
             )
         return frame.select(
+            *keep,
             pl.col(S.ANCHOR).cast(pl.String),
             pl.col(S.POSITIVE).cast(pl.String),
             pl.concat_list([pl.col(c).cast(pl.String) for c in negs]).alias(NEGATIVES),
@@ -85,6 +89,7 @@ def normalise_dataset(frame: pl.DataFrame, source: str) -> pl.DataFrame:
             )
     return (
         frame.select(
+            *keep,
             pl.col("query").cast(pl.String).alias(S.ANCHOR),
             _as_list(frame, "pos").alias(S.POSITIVE),
             _as_list(frame, "neg").cast(pl.List(pl.String)).alias(NEGATIVES),
@@ -103,7 +108,7 @@ def _as_list(frame: pl.DataFrame, column: str) -> pl.Expr:
 
 def read_dataset(path: Path) -> tuple[pl.DataFrame, dict[str, int]]:
     """All rows of the dataset in file order, and rows dropped per reason (missing texts)."""
-    frames = [normalise_dataset(_read_one(f), str(f)) for f in dataset_files(path)]
+    frames = [normalise_dataset(read_file(f), str(f)) for f in dataset_files(path)]
     data = pl.concat(frames).with_columns(pl.col(NEGATIVES).list.drop_nulls())
     missing = pl.col(S.ANCHOR).is_null() | pl.col(S.POSITIVE).is_null()
     dropped = {

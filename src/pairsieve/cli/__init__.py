@@ -241,6 +241,55 @@ def audit_command(
     print_json({"report": str(out / "report.html"), **result})
 
 
+# --- clean ----------------------------------------------------------------------------------------
+@app.command("clean")
+@handle_errors
+def clean_command(  # noqa: PLR0913 - one parameter per CLI option
+    dataset: Annotated[
+        Path,
+        typer.Option(
+            "--dataset",
+            help="Contrastive dataset to repair, as `audit` reads it: parquet/JSONL file or "
+            "folder, sentence-transformers or FlagEmbedding columns.",
+        ),
+    ],
+    out: OutOpt,
+    catalog: Annotated[
+        Path | None,
+        typer.Option("--catalog", help="Catalog (listing_id, title) replacements come from."),
+    ] = None,
+    label_column: Annotated[
+        bool | None,
+        typer.Option(
+            "--label-column/--no-label-column",
+            help="Add product ids as a `label` column [default: on for sentence-transformers "
+            "layouts, off for FlagEmbedding].",
+            show_default=False,
+        ),
+    ] = None,
+    labels: LabelsOpt = None,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Replace the negatives that are their positive's product: OUT/dataset/ in the input's
+    layout, OUT/report.html|json with the audit before and after."""
+    from pairsieve.orchestration import preflight
+    from pairsieve.orchestration.flows import clean
+
+    cfg = config_from_cli(config, overrides)
+    preflight.check(cfg, out, [str(dataset), *([str(catalog)] if catalog else [])])
+    with terminal.showing_progress(cfg.runner.progress_every_s):
+        result = clean(
+            dataset=str(dataset),
+            out=str(out),
+            catalog=str(catalog) if catalog else None,
+            config=cfg.model_dump(mode="json"),
+            labels=[str(p) for p in labels or []],
+            label_column=label_column,
+        )
+    print_json({"dataset": str(out / "dataset"), "report": str(out / "report.html"), **result})
+
+
 # --- synth ----------------------------------------------------------------------------------------
 @app.command("synth")
 @handle_errors

@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from pairsieve.cli.app import OutOpt, app, handle_errors, print_json
+from pairsieve.cli.app import (
+    ConfigOpt,
+    OutOpt,
+    SetOpt,
+    app,
+    config_from_cli,
+    handle_errors,
+    print_json,
+)
 from pairsieve.errors import PairsieveError
 
 
@@ -71,9 +79,12 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
     max_seq_length: SeqOpt = 32,
     mini_batch_size: MiniBatchOpt = None,
     tau_learning_rate: TauRateOpt = None,
+    config: ConfigOpt = None,
+    overrides: SetOpt = None,
 ) -> None:
     """Train the bundled encoder under each arm; held-out recall, nDCG and MRR at 10 with paired
-    bootstrap intervals into OUT/results.json and OUT/report.html."""
+    bootstrap intervals into OUT/results.json and OUT/report.html. --config and --set configure
+    the `pairsieve clean` of the cleaned arm."""
     from pairsieve.experiment.arms import ARMS, default_arms
     from pairsieve.experiment.runner import run as run_experiment
     from pairsieve.experiment.settings import Settings
@@ -100,7 +111,7 @@ def experiment_command(  # noqa: PLR0913 - one parameter per CLI option
     )
     if tau_learning_rate is not None:
         settings = replace(settings, tau_learning_rate=tau_learning_rate)
-    results = run_experiment(run, out, settings)
+    results = run_experiment(run, out, settings, config_from_cli(config, overrides))
     summary = [
         {k: row[k] for k in ("arm", "tau", "seeds", "recall@10", "ndcg@10", "mrr@10")}
         for row in results["arms"]

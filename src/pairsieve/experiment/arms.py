@@ -6,6 +6,10 @@
 * `st-best`: the strongest recipe sentence-transformers ships: its miner with
   `relative_margin=0.05`, `NoDuplicatesBatchSampler`, `GISTEmbedLoss` with the base encoder
   as guide (it drops in-batch candidates the guide scores above the positive).
+* `cleaned`: the naive miner's rows after `pairsieve clean` (each negative that is the
+  positive's product replaced by a safe one, product ids as labels), with
+  `ProductDisjointBatchSampler` and the masked loss: a team that keeps its miner and adds
+  pairsieve after it.
 * `pairsieve`: the build's shards, `ProductDisjointBatchSampler`, the masked loss.
 * `pairsieve-queue`: the same with a memory queue of earlier batches' documents as more
   negatives, copies of the positive's product masked there too (`MaskedQueueRankingLoss`):
@@ -49,6 +53,7 @@ ON_REQUEST = ("pairsieve-queue",)  # not among the default arms
 QUEUE_SIZE = 1024  # the documents of 8 earlier batches of 64 rows with one negative each
 ST_BEST_RELATIVE_MARGIN = 0.05
 MINED_ARMS = {"naive": None, "st-best": ST_BEST_RELATIVE_MARGIN}  # arm -> miner's margin
+CLEANED = "cleaned"  # trains on the naive arm's rows after `pairsieve clean`
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,8 @@ class Recipe:
 @dataclass(frozen=True)
 class TrainingRows:
     """What the arms train on: the build's rows (`ExperimentData`) and, by arm, the rows of the
-    sentence-transformers miner for the arms that use it (`MINED_ARMS`)."""
+    sentence-transformers miner for the arms that use it (`MINED_ARMS`, and `cleaned`: the naive
+    rows cleaned)."""
 
     data: ExperimentData
     mined: dict[str, pl.DataFrame]
@@ -107,6 +113,21 @@ def mine_with_sentence_transformers(
         verbose=False,
     )
     return mined.to_polars().select(text_columns(k))
+
+
+def clean_mined(naive: pl.DataFrame, data: ExperimentData, cfg: Any, folder: Path) -> pl.DataFrame:
+    """The naive miner's rows through `pairsieve clean` (resumable in ``folder``), with the
+    corpus as its catalog and ``cfg`` as its config: the rows of the `cleaned` arm, `label`
+    included."""
+    from pairsieve.cleaning.stage import DATASET_DIR, Inputs
+    from pairsieve.core import io
+    from pairsieve.orchestration.steps import clean_step
+
+    dataset, catalog = folder / "naive.parquet", folder / "catalog.parquet"
+    io.write_parquet(naive, dataset)
+    io.write_parquet(data.corpus.select(S.LISTING_ID, S.TITLE), catalog)
+    clean_step(cfg, Inputs(dataset, catalog), folder / "clean")
+    return pl.read_parquet(folder / "clean" / DATASET_DIR / dataset.name)
 
 
 def _unique_labels(rows: int, columns: int) -> pl.Series:
@@ -191,6 +212,10 @@ def recipe(
             raise PairsieveError("bad_option", "st-best's GISTEmbedLoss takes no learned τ")
         loss = _stock_loss(arm, model, guide, float(tau), mini)
         return Recipe(Dataset.from_polars(mined[arm]), loss, BatchSamplers.NO_DUPLICATES)
+    if arm == CLEANED:
+        return Recipe(
+            Dataset.from_polars(mined[arm]), _masked(model, tau, mini), ProductDisjointBatchSampler
+        )
     if arm in ("pairsieve", "pairsieve-queue"):
         loss = _masked(model, tau, mini, queue=arm == "pairsieve-queue")
         return Recipe(Dataset.from_polars(_shard_rows(data, k)), loss, ProductDisjointBatchSampler)

@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from pairsieve.config import PairsieveConfig, load_config
 from pairsieve.core import io
 from pairsieve.core.hashing import text_key
 from pairsieve.core.layout import RunLayout
@@ -26,6 +27,7 @@ from pairsieve.experiment import retrieval
 from pairsieve.experiment.data import ExperimentData, load
 from pairsieve.experiment.settings import Settings
 from pairsieve.experiment.summary import summarise
+from pairsieve.orchestration.stages import settings_hash
 
 log = logging.getLogger(__name__)
 
@@ -114,26 +116,36 @@ def train(model, recipe: A.Recipe, settings: Settings, seed: int) -> dict[str, A
     }
 
 
-def _mined(data: ExperimentData, settings: Settings, base, out: Path, fingerprint: str) -> dict:
-    """sentence-transformers' mined rows for the arms that use them, cached under `out`."""
+def _mined(data: ExperimentData, context: dict[str, Any], out: Path) -> dict:
+    """sentence-transformers' mined rows for the arms that use them (and the naive rows cleaned
+    for `cleaned`), cached under `out`."""
+    settings: Settings = context["settings"]
+    fingerprint = context["fingerprint"]
+    wanted = set(settings.arms) | ({"naive"} if A.CLEANED in settings.arms else set())
     mined = {}
     for arm, margin in A.MINED_ARMS.items():
-        if arm not in settings.arms:
+        if arm not in wanted:
             continue
         path = out / f"mined-{arm}-k{settings.negatives}-{fingerprint[:8]}.parquet"
         if not path.exists():
             frame = A.mine_with_sentence_transformers(
-                data, base, settings.negatives, margin, out / "st-cache"
+                data, context["base"], settings.negatives, margin, out / "st-cache"
             )
             io.write_parquet(frame, path)
         mined[arm] = pl.read_parquet(path)
+    if A.CLEANED in settings.arms:
+        folder = out / f"cleaned-k{settings.negatives}-{fingerprint[:8]}-{context['clean_hash']}"
+        mined[A.CLEANED] = A.clean_mined(mined["naive"], data, context["clean_config"], folder)
     return mined
 
 
 def _one_run(context: dict[str, Any], arm: str, tau: float | str | None, seed: int | None):
     """Scores (and training facts) of one (arm, τ, seed), from `EXP/runs/` when already there."""
     settings: Settings = context["settings"]
-    key = settings.run_key(arm, tau, seed, context["fingerprint"])
+    fingerprint = context["fingerprint"]
+    if arm == A.CLEANED:  # its rows depend on the clean's settings too
+        fingerprint += context["clean_hash"]
+    key = settings.run_key(arm, tau, seed, fingerprint)
     scores_path = context["runs"] / f"{key}.parquet"
     info_path = context["runs"] / f"{key}.json"
     if scores_path.exists() and info_path.exists():
@@ -163,9 +175,12 @@ def _one_run(context: dict[str, Any], arm: str, tau: float | str | None, seed: i
     return scores, info
 
 
-def run(run_dir: Path, out: Path, settings: Settings) -> dict[str, Any]:
+def run(
+    run_dir: Path, out: Path, settings: Settings, clean_config: PairsieveConfig | None = None
+) -> dict[str, Any]:
     """Train and measure every arm, τ and seed of `settings` on the build in `run_dir`; write
-    `out/results.json`, `out/per_query.parquet` and `out/report.html`; return the results."""
+    `out/results.json`, `out/per_query.parquet` and `out/report.html`; return the results.
+    ``clean_config`` is the config the `cleaned` arm's clean runs with (default: the defaults)."""
     from pairsieve.experiment.page import write_page
 
     data = load(run_dir, settings.truth_column)
@@ -173,14 +188,17 @@ def run(run_dir: Path, out: Path, settings: Settings) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
     base = load_model(settings)
-    context = {
+    clean_config = clean_config or load_config(None)
+    context: dict[str, Any] = {
         "settings": settings,
         "data": data,
         "base": base,
         "fingerprint": fingerprint,
         "runs": out / "runs",
-        "mined": _mined(data, settings, base, out, fingerprint),
+        "clean_config": clean_config,
+        "clean_hash": settings_hash(clean_config, "clean")[:8],
     }
+    context["mined"] = _mined(data, context, out)
     runs = {}
     if "zero-shot" in settings.arms:
         runs[("zero-shot", None, None)] = _one_run(context, "zero-shot", None, None)

@@ -8,7 +8,16 @@ from pairsieve.core.hashing import text_key
 from pairsieve.vectors.embed import bundled_model_path
 
 # Every arm an experiment can train; `experiment.arms` builds each one's recipe.
-ARMS = ("zero-shot", "naive", "st-best", "pairsieve", "pairsieve-queue", "shards-stock", "oracle")
+ARMS = (
+    "zero-shot",
+    "naive",
+    "st-best",
+    "cleaned",
+    "pairsieve",
+    "pairsieve-queue",
+    "shards-stock",
+    "oracle",
+)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,9 @@ RESULTS_VERSION = 1
 COMPARISONS = (
     ("pairsieve", "naive"),
     ("pairsieve", "st-best"),
+    ("cleaned", "naive"),
+    ("cleaned", "st-best"),
+    ("pairsieve", "cleaned"),
     ("oracle", "pairsieve"),
     ("pairsieve-queue", "pairsieve"),
     ("shards-stock", "naive"),

@@ -260,7 +260,7 @@ def _stamp_filters(
     )
 
 
-def _possible_duplicates(
+def possible_duplicates(
     positives: pl.Series, candidates: pl.Series, titles: pl.DataFrame, min_jaccard: float
 ) -> list[bool]:
     """Per (positive, candidate) listing id: True when no extracted attribute tells the two
@@ -295,7 +295,7 @@ def _guard_taken(table: pl.DataFrame, titles: pl.DataFrame, cfg: MineConfig) -> 
         todo = pending.filter("_todo")
         rows = todo["_row"]
         flags = pl.Series(
-            _possible_duplicates(
+            possible_duplicates(
                 positives.gather(rows),
                 candidates.gather(rows),
                 titles,

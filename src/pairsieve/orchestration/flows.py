@@ -1,4 +1,4 @@
-"""Prefect flows `build` and `audit`: tasks that call the stage steps, nothing else.
+"""Prefect flows `build`, `audit` and `clean`: tasks that call the stage steps, nothing else.
 
 Flows take JSON-serialisable parameters (paths and a config dict) so the same functions run from
 the CLI, from `flows/` deployments on a schedule, and from a worker talking to a Prefect server.
@@ -146,6 +146,11 @@ def audit_task(
         Path(out),
         tuple(Path(p) for p in labels),
     )
+
+
+@task(name="clean", **_TASK_OPTIONS)
+def clean_task(cfg: PairsieveConfig, inputs: Any, out: str) -> StageResult:
+    return steps.clean_step(cfg, inputs, Path(out))
 
 
 @task(name="publish-artifacts", cache_policy=NO_CACHE)
@@ -299,6 +304,32 @@ def audit(
     with progress.shown_by(ProgressArtifacts()):
         result = audit_task(cfg, dataset, catalog, out, list(labels or []))
     artifacts_task(Path(out), key="pairsieve-audit")
+    return result.to_json() | {"skipped": result.skipped}
+
+
+@flow(name="clean", log_prints=False)
+def clean(
+    dataset: str,
+    out: str,
+    catalog: str | None = None,
+    config: dict[str, Any] | None = None,
+    labels: list[str] | None = None,
+    label_column: bool | None = None,
+) -> dict[str, Any]:
+    """Repair a contrastive dataset built elsewhere (`cleaning.stage`) into ``out``: its unsafe
+    negatives replaced, its layout kept, a report of the audit before and after."""
+    from pairsieve.cleaning.stage import Inputs
+
+    cfg = build_config(config or {})
+    inputs = Inputs(
+        Path(dataset),
+        Path(catalog) if catalog else None,
+        tuple(Path(p) for p in labels or []),
+        label_column,
+    )
+    with progress.shown_by(ProgressArtifacts()):
+        result = clean_task(cfg, inputs, out)
+    artifacts_task(Path(out), key="pairsieve-clean")
     return result.to_json() | {"skipped": result.skipped}
 
 

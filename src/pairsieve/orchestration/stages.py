@@ -7,7 +7,7 @@ is kept by hand beside the declarations in the stage packages.
 
 from __future__ import annotations
 
-from pairsieve import audits, cluster, ingest, mine, report, shards
+from pairsieve import audits, cleaning, cluster, ingest, mine, report, shards
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.declaration import Stage, StageConfig, sections_hash
 
@@ -20,6 +20,7 @@ STAGES: dict[str, Stage] = {
         shards.STAGE,
         report.STAGE,
         audits.STAGE,
+        cleaning.STAGE,
     )
 }
 

@@ -262,6 +262,15 @@ def report_step(cfg: PairsieveConfig, run_dir: Path, labels: tuple[Path, ...] = 
     )
 
 
+def _inputs_digest(files: list[Path]) -> str:
+    """One digest of the contents of ``files`` (folders and globs resolved): what a standalone
+    stage's output depends on besides its settings."""
+    from pairsieve.core import io
+
+    digests = sorted(f"{p}:{io.content_digest(p)}" for p in io.resolve_inputs(files))
+    return io.sha256_text("|".join(digests))
+
+
 def audit_step(
     cfg: PairsieveConfig,
     dataset: Path,
@@ -272,18 +281,29 @@ def audit_step(
     """Audit a dataset built elsewhere into the folder ``out`` (published atomically), its
     estimate corrected by the answered ``labels`` files when given."""
     from pairsieve.audits import stage as audit
-    from pairsieve.core import io
 
-    files = [dataset] + ([catalog] if catalog else []) + list(labels)
-    digests = sorted(f"{p}:{io.content_digest(p)}" for p in io.resolve_inputs(files))
-    inputs = audit.Inputs(
-        Path(dataset), Path(catalog) if catalog else None, tuple(Path(p) for p in labels)
-    )
+    inputs = audit.Inputs(Path(dataset), Path(catalog) if catalog else None, tuple(labels))
     out = Path(out)
     return run_stage(
         out.name,
         out.parent,
         settings_hash(cfg, "audit"),
-        io.sha256_text("|".join(digests)),
+        _inputs_digest([dataset, *([catalog] if catalog else []), *labels]),
         lambda tmp: audit.run(stage_config(cfg, "audit"), inputs, tmp, encoder=_encoder(cfg)),
+    )
+
+
+def clean_step(cfg: PairsieveConfig, inputs: Any, out: Path) -> StageResult:
+    """Clean a dataset built elsewhere (`cleaning.stage.Inputs`) into the folder ``out``,
+    published atomically."""
+    from pairsieve.cleaning import stage as clean
+
+    files = [inputs.dataset, *([inputs.catalog] if inputs.catalog else []), *inputs.labels]
+    out = Path(out)
+    return run_stage(
+        out.name,
+        out.parent,
+        settings_hash(cfg, "clean") + f"|label_column={inputs.label_column}",
+        _inputs_digest(files),
+        lambda tmp: clean.run(stage_config(cfg, "clean"), inputs, tmp, encoder=_encoder(cfg)),
     )

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 REPORT_SCHEMA_VERSION = 1
 SECTION_ORDER = (
     "headline",
+    "clean",
     "audit",
     "accounting",
     "changes",

@@ -148,6 +148,34 @@ DISPLAY_NAMES: dict[str, tuple[str, Kind]] = {
     "labels_not_in_this_build": ("answered labels about other pairs (not used)", "count"),
     "labels_not_in_this_audit": ("answered labels about other pairs (not used)", "count"),
     "calibration_error": ("calibration error of p_same, worst held-out catalog", "share"),
+    # the clean
+    "false_negative_rate_before": (
+        "before: negatives of the positive's product, estimated (%)",
+        "share",
+    ),
+    "false_negative_rate_ci_before": ("before: 95% interval of that estimate", "share"),
+    "false_negative_rate_by_cluster_before": (
+        "before: negatives clustered into the positive's product (%)",
+        "share",
+    ),
+    "false_negative_rate_after": (
+        "after: negatives of the positive's product, estimated (%)",
+        "share",
+    ),
+    "false_negative_rate_ci_after": ("after: 95% interval of that estimate", "share"),
+    "false_negative_rate_by_cluster_after": (
+        "after: negatives clustered into the positive's product (%)",
+        "share",
+    ),
+    "rows_written": ("rows written", "count"),
+    "rows_dropped": ("rows dropped", "count"),
+    "no_safe_replacement": ("rows with a negative no safe one could replace", "count"),
+    "positive_not_in_catalog": ("rows whose positive is no title of the catalog", "count"),
+    "negatives_replaced": ("negatives replaced", "count"),
+    "negatives_dropped": ("negatives dropped", "count"),
+    "replaced": ("replaced", "count"),
+    "negative": ("negative given", "text"),
+    "replacement": ("its replacement", "text"),
     "exact_copy_negatives": ("negatives that copy the positive's text", "count"),
     "exact_copy_rate": ("negatives that copy the positive's text (%)", "share"),
     "share_of_rows_with_false_negative": ("rows with a same-product negative (%)", "share"),
@@ -208,6 +236,8 @@ READINGS: dict[str, str] = {
     "its loss, and the lift grows as the temperature falls.",
     "calibration": "Where the bars of a catalog stand at the height of the first series, "
     "p_same meant what it said there; the gap is the calibration error of that catalog.",
+    "clean-before-after": "The same audit on the dataset as given and as repaired: what is left "
+    "after is what the judgement could not tell from another product.",
     "false-negative-rate": "Exact copies are what a text-level check finds; same-product "
     "negatives are what the trainer actually meets, counted by clusters and estimated from "
     "each pair's probability.",

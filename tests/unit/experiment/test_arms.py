@@ -9,6 +9,7 @@ from pairsieve import schemas as S
 from pairsieve.errors import PairsieveError
 from pairsieve.experiment.arms import (
     ARMS,
+    CLEANED,
     MINED_ARMS,
     ON_REQUEST,
     TrainingRows,
@@ -66,13 +67,19 @@ def _tiny_data() -> ExperimentData:
             "MaskedMultipleNegativesRankingLoss",
             "MaskedCachedMultipleNegativesRankingLoss",
         ),
+        (
+            "cleaned",
+            "MaskedMultipleNegativesRankingLoss",
+            "MaskedCachedMultipleNegativesRankingLoss",
+        ),
     ],
 )
 def test_a_mini_batch_trains_every_arm_with_the_cached_form_of_its_own_loss(
     bundled_encoder, arm, plain, cached
 ):
     data = _tiny_data()
-    rows = TrainingRows(data, {a: data.train.select(text_columns(1)) for a in MINED_ARMS})
+    mined = {a: data.train.select(text_columns(1)) for a in MINED_ARMS}
+    rows = TrainingRows(data, {**mined, CLEANED: data.train.select(*text_columns(1), S.LABEL)})
     as_is = recipe(arm, 0.05, bundled_encoder, bundled_encoder, rows, Settings())
     by_cache = recipe(
         arm, 0.05, bundled_encoder, bundled_encoder, rows, Settings(mini_batch_size=16)

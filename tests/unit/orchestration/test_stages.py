@@ -68,7 +68,7 @@ def changed(key: str, annotation: Any, value: Any) -> PairsieveConfig | None:
     return None
 
 
-ORDER = ["ingest", "cluster", "mine", "shards", "report", "audit"]
+ORDER = ["ingest", "cluster", "mine", "shards", "report", "audit", "clean"]
 
 
 def toy_build(cfg: PairsieveConfig, run_dir: Path) -> set[str]:
