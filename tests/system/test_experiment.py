@@ -80,7 +80,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
     learned = [a for a in results["arms"] if a["tau"] == "learned"]
     assert all(len(a["learned_tau"]) == 1 and 0.01 <= a["learned_tau"][0] for a in learned)
     # τ has a learning rate of its own: at the encoder's 2e-5 it would stay within 1e-5 of 0.07.
-    assert all(abs(a["learned_tau"][0] - 0.07) > 1e-3 for a in learned)
+    assert all(abs(a["learned_tau"][0] - 0.07) > 1e-4 for a in learned)
     trained = [r for r in results["runs"] if r["arm"] != "zero-shot"]
     assert all(r["steps"] == 2 for r in trained)
     assert all(len(r["tau_trace"]) == 2 * (r["tau"] == "learned") for r in trained)
