@@ -65,7 +65,8 @@ def one_catalog(name: str, args: argparse.Namespace) -> dict:
     before = pl.read_parquet(mined)
     after = pl.read_parquet(work / "clean" / clean.DATASET_DIR / mined.name)
     truth = truth_of_titles(catalog)
-    (share_before, negatives), (share_after, _) = copy_share(before, truth), copy_share(after, truth)
+    share_before, negatives = copy_share(before, truth)
+    share_after, _ = copy_share(after, truth)
     figures = result.details
     return {
         "catalog": name,

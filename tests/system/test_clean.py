@@ -19,6 +19,8 @@ import pairsieve
 from pairsieve import schemas as S
 from pairsieve.cli import app
 from pairsieve.datasets import synth
+from pairsieve.labels import store
+from tests.unit.report.test_wording import unlabelled
 
 pytestmark = pytest.mark.system
 
@@ -103,6 +105,7 @@ def test_copies_are_replaced_and_every_row_and_negative_is_accounted_for(sample,
             expected = slot["replacement"] if slot["action"] == "replaced" else slot["negative"]
             assert row[f"negative_{slot['slot'] + 1}"] == expected
     assert "before and after" in (cleaned / "report.html").read_text()
+    assert unlabelled(report) == []
 
 
 def test_labels_are_the_product_ids_of_positive_and_negatives(sample, cleaned):
@@ -199,3 +202,39 @@ def test_a_cleaned_dataset_trains_with_the_masked_loss_and_no_glue(sample, tmp_p
         loss=MaskedMultipleNegativesRankingLoss(model),
     )
     assert trainer.train().global_step == 3
+
+
+def test_labels_correct_the_audit_before_as_they_correct_an_audit(sample, cleaned, tmp_path):
+    labels = tmp_path / "labels.jsonl"
+    drawn = CliRunner().invoke(
+        app,
+        ["label", "sample", "--audit", str(cleaned / "before"), "--n", "20", "--out", str(labels)],
+    )
+    assert drawn.exit_code == 0, drawn.output
+    rows, truth = store.read_labels(labels), truth_of(sample)
+    answers = [truth[a] == truth[b] for a, b in rows.select("text_a", "text_b").iter_rows()]
+    store.write_labels(rows.with_columns(pl.Series("label", answers)), labels)
+    out = tmp_path / "out"
+    done = clean("--dataset", str(sample / "tuples.parquet"), "--catalog",
+                 str(sample / "catalog.parquet"), "--labels", str(labels),
+                 "--out", str(out))  # fmt: skip
+    assert done.exit_code == 0, done.output
+    figures = json.loads((out / "report.json").read_text())["clean"]["figures"]
+    before = json.loads((out / "before" / "report.json").read_text())
+    assert figures["labels_used_before"] == 20
+    assert figures["false_negative_rate_before"] == before["false_negative_rate"]
+    assert before["audit"]["figures"]["false_negative_rate_model_only"] != pytest.approx(
+        before["false_negative_rate"]
+    )
+    # The labels change the estimate, not the repair: the same dataset comes out.
+    assert sha256(out / "dataset" / "tuples.parquet") == sha256(
+        cleaned / "dataset" / "tuples.parquet"
+    )
+
+
+def test_the_api_writes_what_the_command_writes(sample, cleaned, tmp_path):
+    out = tmp_path / "api"
+    repaired = pairsieve.clean(sample / "tuples.parquet", sample / "catalog.parquet", out=out)
+    for name in ("dataset/tuples.parquet", "clean_negatives.parquet"):
+        assert sha256(out / name) == sha256(cleaned / name), name
+    assert repaired.num_rows == pl.read_parquet(cleaned / "dataset" / "tuples.parquet").height

@@ -16,14 +16,15 @@ EXAMPLES = 10  # replaced negatives shown
 
 
 def _rates(figures: dict[str, Any], when: str) -> dict[str, Any]:
-    """An audit's rate (estimated, with its interval when it has one) and its cluster count,
-    named for ``when`` (before or after)."""
+    """An audit's rate (estimated, with its interval when it has one, corrected by the labels
+    when it used some) and its cluster count, named for ``when`` (before or after)."""
     found = {
         f"false_negative_rate_{when}": figures["false_negative_rate"],
         f"false_negative_rate_by_cluster_{when}": figures["false_negative_rate_by_cluster"],
     }
-    if "false_negative_rate_ci" in figures:
-        found[f"false_negative_rate_ci_{when}"] = figures["false_negative_rate_ci"]
+    for key in ("false_negative_rate_ci", "labels_used"):
+        if key in figures:
+            found[f"{key}_{when}"] = figures[key]
     return found
 
 
@@ -74,7 +75,7 @@ def clean_section(
                 "clean-before-after",
                 "Share of the negatives that are the positive's product",
                 ["before", "after"],
-                {"estimated (mean p_same)": estimated, "by pairsieve's clusters": by_cluster},
+                {"estimated": estimated, "by pairsieve's clusters": by_cluster},
                 y_label="share of negatives (%)",
                 percent=True,
             )

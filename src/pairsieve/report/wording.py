@@ -167,6 +167,8 @@ DISPLAY_NAMES: dict[str, tuple[str, Kind]] = {
         "after: negatives clustered into the positive's product (%)",
         "share",
     ),
+    "labels_used_before": ("before: answered labels used", "count"),
+    "labels_used_after": ("after: answered labels used", "count"),
     "rows_written": ("rows written", "count"),
     "rows_dropped": ("rows dropped", "count"),
     "no_safe_replacement": ("rows with a negative no safe one could replace", "count"),
