@@ -6,11 +6,11 @@ Audits run on demand with the dataset as a parameter (`prefect deployment run
 
 from __future__ import annotations
 
-from pairsieve.orchestration.flows import AUDIT_SCHEDULE, audit, audit_deployment
+from pairsieve.orchestration.flows import AUDIT_SCHEDULE, audit, on_demand_deployment
 
 __all__ = ["audit"]
 
 if __name__ == "__main__":
     from prefect import serve
 
-    serve(audit_deployment(cron=AUDIT_SCHEDULE))
+    serve(on_demand_deployment(audit, cron=AUDIT_SCHEDULE))

@@ -164,7 +164,7 @@ def serve_cmd(
     config: ConfigOpt = None,
     overrides: SetOpt = None,
 ) -> None:
-    """Serve the `build` and `audit` deployments (scheduled build) from this process."""
+    """Serve the `build`, `audit` and `clean` deployments (scheduled build) from this process."""
     from pairsieve.orchestration.flows import serve_deployments
 
     cfg = config_from_cli(config, overrides)

@@ -349,10 +349,13 @@ def build_deployment(parameters: dict[str, Any], cron: str = BUILD_SCHEDULE):
 AUDIT_SCHEDULE = "0 5 * * 1"  # weekly, Monday morning
 
 
-def audit_deployment(parameters: dict[str, Any] | None = None, cron: str | None = None):
-    """The `audit` deployment: on demand (parameters given per run) or on a schedule."""
-    return audit.to_deployment(
-        name="pairsieve-audit",
+def on_demand_deployment(
+    which: Any, parameters: dict[str, Any] | None = None, cron: str | None = None
+):
+    """The deployment of the `audit` or `clean` flow (``which``): on demand (parameters given
+    per run) or on a schedule."""
+    return which.to_deployment(
+        name=f"pairsieve-{which.name}",
         cron=cron,
         parameters=parameters or {},
         entrypoint_type=EntrypointType.MODULE_PATH,
@@ -360,8 +363,12 @@ def audit_deployment(parameters: dict[str, Any] | None = None, cron: str | None 
 
 
 def serve_deployments(build_parameters: dict[str, Any], cron: str = BUILD_SCHEDULE) -> None:
-    """Serve `build` (scheduled) and `audit` (on demand) from this process, which acts as the
-    worker; runs report to PREFECT_API_URL when it is set, else to the ephemeral API."""
+    """Serve `build` (scheduled), `audit` and `clean` (on demand) from this process, which acts
+    as the worker; runs report to PREFECT_API_URL when it is set, else to the ephemeral API."""
     from prefect import serve
 
-    serve(build_deployment(build_parameters, cron), audit_deployment())
+    serve(
+        build_deployment(build_parameters, cron),
+        on_demand_deployment(audit),
+        on_demand_deployment(clean),
+    )
