@@ -142,10 +142,11 @@ def test_an_out_folder_on_a_read_only_file_system_is_named(inputs, tmp_path):
     assert_one_clear_line(code, output, ("read_only", "permission_denied"), f"file={folder}")
 
 
-@pytest.mark.parametrize("command", ["audit", "experiment"])
-def test_audit_and_experiment_tell_a_read_only_out_the_same_way(command, published, tmp_path):
+@pytest.mark.parametrize("command", ["audit", "clean", "experiment"])
+def test_audit_clean_and_experiment_tell_a_read_only_out_the_same_way(command, published, tmp_path):
     args = {
         "audit": ["audit", "--dataset", str(published / "shards")],
+        "clean": ["clean", "--dataset", str(published / "shards")],
         "experiment": ["experiment", "--run", str(published)],
     }[command]
     with read_only_folder(tmp_path / "ro") as folder:
