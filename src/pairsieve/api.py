@@ -87,6 +87,12 @@ def _as_path(table: Table, name: str, scratch: Path) -> str:
     return str(path)
 
 
+def _dataset_paths(dataset: Table, catalog: Table | None, scratch: Path) -> tuple[str, str | None]:
+    """(dataset, catalog) as paths (`_as_path`; no catalog stays None)."""
+    catalog_path = _as_path(catalog, "catalog", scratch) if catalog is not None else None
+    return _as_path(dataset, "dataset", scratch), catalog_path
+
+
 def build(
     clicks: Table,
     catalog: Table,
@@ -119,21 +125,13 @@ def audit(
 ) -> AuditResult:
     """`pairsieve audit` from Python: the false negatives of a dataset mined elsewhere (its
     sentence-transformers columns or FlagEmbedding's), against ``catalog`` when given."""
-    from pairsieve.orchestration import preflight
     from pairsieve.orchestration.flows import audit as audit_flow
+    from pairsieve.orchestration.flows import run_checked
 
     cfg = load_config(Path(config) if config else None, settings)
     with tempfile.TemporaryDirectory(prefix="pairsieve-inputs-") as scratch:
-        data_path = _as_path(dataset, "dataset", Path(scratch))
-        catalog_path = _as_path(catalog, "catalog", Path(scratch)) if catalog is not None else None
-        preflight.check(cfg, Path(out), [data_path, *([catalog_path] if catalog_path else [])])
-        audit_flow(
-            dataset=data_path,
-            out=str(out),
-            catalog=catalog_path,
-            config=cfg.model_dump(mode="json"),
-            labels=[str(p) for p in labels or []],
-        )
+        tables = _dataset_paths(dataset, catalog, Path(scratch))
+        run_checked(audit_flow, cfg, tables[0], out, tables[1], labels)
     report = json.loads((Path(out) / "report.json").read_text())
     interval = report["audit"]["figures"].get("false_negative_rate_ci")
     return AuditResult(
@@ -161,21 +159,13 @@ def clean(
     from datasets import Dataset
 
     from pairsieve.audits.dataset import dataset_files, read_file
-    from pairsieve.orchestration import preflight
     from pairsieve.orchestration.flows import clean as clean_flow
+    from pairsieve.orchestration.flows import run_checked
 
     cfg = load_config(Path(config) if config else None, settings)
     with tempfile.TemporaryDirectory(prefix="pairsieve-inputs-") as scratch:
-        data_path = _as_path(dataset, "dataset", Path(scratch))
-        catalog_path = _as_path(catalog, "catalog", Path(scratch)) if catalog is not None else None
+        tables = _dataset_paths(dataset, catalog, Path(scratch))
         folder = Path(out) if out is not None else Path(scratch) / "clean"
-        preflight.check(cfg, folder, [data_path, *([catalog_path] if catalog_path else [])])
-        clean_flow(
-            dataset=data_path,
-            out=str(folder),
-            catalog=catalog_path,
-            config=cfg.model_dump(mode="json"),
-            labels=[str(p) for p in labels or []],
-        )
+        run_checked(clean_flow, cfg, tables[0], folder, tables[1], labels)
         frames = [read_file(f) for f in dataset_files(folder / "dataset")]
         return Dataset(pl.concat(frames, how="diagonal_relaxed").to_arrow())

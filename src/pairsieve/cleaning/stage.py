@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import polars as pl
 
@@ -57,6 +57,20 @@ class Inputs:
     catalog: Path | None = None
     labels: tuple[Path, ...] = ()
     label_column: bool | None = None
+
+
+@dataclass(frozen=True)
+class Texts:
+    """Every text of the dataset and the catalog as a listing, the audit's product ids, and
+    the listing that stands for each distinct text (`audits.pairs.text_listings`)."""
+
+    listings: pl.DataFrame
+    products: pl.DataFrame
+    ids: pl.DataFrame
+
+    @classmethod
+    def of(cls, listings: pl.DataFrame, products: pl.DataFrame) -> Texts:
+        return cls(listings, products, text_listings(listings))
 
 
 def _split_unusable(
@@ -108,12 +122,7 @@ def _negative_table(usable: pl.DataFrame, listing_of: pl.DataFrame) -> pl.DataFr
 
 
 def _pool(
-    cfg: PairsieveConfig,
-    usable: pl.DataFrame,
-    listings: pl.DataFrame,
-    products: pl.DataFrame,
-    out_dir: Path,
-    encoder: Any,
+    cfg: PairsieveConfig, usable: pl.DataFrame, texts: Texts, out_dir: Path, encoder: Any
 ) -> tuple[pl.DataFrame, float | None]:
     """(query, positive_listing_id, negative_listing_id) of safe hard negatives, best first,
     mined by the build's mine stage for every (anchor, positive) with twice the row's width and
@@ -121,21 +130,21 @@ def _pool(
     are judged on the same evidence."""
     width = int(usable[NEGATIVES].list.len().max())
     clicks = usable.join(
-        text_listings(listings), left_on=S.POSITIVE, right_on=S.TITLE, maintain_order="left"
+        texts.ids, left_on=S.POSITIVE, right_on=S.TITLE, maintain_order="left"
     ).select(pl.col(S.ANCHOR).alias(S.QUERY), S.LISTING_ID)
     deeper = cfg.model_copy(
         update={"mine": cfg.mine.model_copy(update={"num_negatives": 2 * width + 1})}
     )
-    inputs = mine.Inputs(clicks, listings.select(S.LISTING_ID, S.TITLE), products)
+    inputs = mine.Inputs(clicks, texts.listings.select(S.LISTING_ID, S.TITLE), texts.products)
     result = mine.run(deeper, inputs, out_dir, encoder=encoder)
     pool = pl.read_parquet(out_dir / S.NEGATIVES_FILE).sort(S.QUERY, S.POSITIVE_LISTING_ID, S.RANK)
     density = result.details.get("copy_density", {}).get("value")
     return pool.select(S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID), density
 
 
-def _product_of_text(listings: pl.DataFrame, products: pl.DataFrame) -> dict[str, str]:
+def _product_of_text(texts: Texts) -> dict[str, str]:
     """Each text's product id (a listing no product names is its own product)."""
-    joined = text_listings(listings).join(products, on=S.LISTING_ID, how="left")
+    joined = texts.ids.join(texts.products, on=S.LISTING_ID, how="left")
     return dict(
         zip(
             joined[S.TITLE].to_list(),
@@ -210,13 +219,6 @@ def _repair(
     )
 
 
-class Texts(NamedTuple):
-    """Every text of the dataset and the catalog as a listing, and the audit's product ids."""
-
-    listings: pl.DataFrame
-    products: pl.DataFrame
-
-
 def _repaired(
     cfg: PairsieveConfig,
     files: list[L.DatasetFile],
@@ -227,15 +229,15 @@ def _repaired(
 ) -> _Repaired:
     """The rows judged (on the copy density the pool's mining estimated) and repaired from the
     pool."""
-    listings, products = texts
-    pool, density = _pool(cfg, usable, listings, products, out_dir / POOL, encoder)
+    listings = texts.listings
+    pool, density = _pool(cfg, usable, texts, out_dir / POOL, encoder)
     scored = audit.row_scores(cfg, usable, encoder)
-    table = _negative_table(scored, text_listings(listings))
+    table = _negative_table(scored, texts.ids)
     judging = cfg.mine.model_copy(update={"copy_density": density})
-    judged = judge(table, mine.listing_products(listings, products), judging)
+    judged = judge(table, mine.listing_products(listings, texts.products), judging)
     title_of = dict(zip(listings[S.LISTING_ID].to_list(), listings[S.TITLE].to_list(), strict=True))
     pools = _pools(pool, title_of)
-    return _repair(files, usable, judged, pools, _product_of_text(listings, products))
+    return _repair(files, usable, judged, pools, _product_of_text(texts))
 
 
 def _named(frame: pl.DataFrame, column: str, names: pl.Series) -> pl.DataFrame:
@@ -316,7 +318,7 @@ def run(cfg: PairsieveConfig, inputs: Inputs, out_dir: Path, *, encoder: Any = N
     )  # fmt: skip
     listings = audit.listings_for(usable, catalog)
     products = pl.read_parquet(out_dir / BEFORE / "cluster" / S.PRODUCTS_FILE)
-    repaired = _repaired(cfg, files, usable, Texts(listings, products), out_dir, encoder)
+    repaired = _repaired(cfg, files, usable, Texts.of(listings, products), out_dir, encoder)
     dataset_dir = out_dir / DATASET_DIR
     _write_dataset(files, repaired, inputs.label_column, dataset_dir)
     dropped_rows = _write_accounts(files, repaired, unusable, out_dir)

@@ -225,19 +225,12 @@ def audit_command(
     overrides: SetOpt = None,
 ) -> None:
     """Report a dataset's false-negative rate and in-batch collisions into OUT/report.html|json."""
-    from pairsieve.orchestration import preflight
-    from pairsieve.orchestration.flows import audit
+    from pairsieve.orchestration.flows import audit, run_checked
 
     cfg = config_from_cli(config, overrides)
-    preflight.check(cfg, out, [str(dataset), *([str(catalog)] if catalog else [])])
     with terminal.showing_progress(cfg.runner.progress_every_s):
-        result = audit(
-            dataset=str(dataset),
-            out=str(out),
-            catalog=str(catalog) if catalog else None,
-            config=cfg.model_dump(mode="json"),
-            labels=[str(p) for p in labels or []],
-        )
+        result = run_checked(audit, cfg, str(dataset), out, str(catalog) if catalog else None,
+                             labels)  # fmt: skip
     print_json({"report": str(out / "report.html"), **result})
 
 
@@ -273,20 +266,12 @@ def clean_command(  # noqa: PLR0913 - one parameter per CLI option
 ) -> None:
     """Replace the negatives that are their positive's product: OUT/dataset/ in the input's
     layout, OUT/report.html|json with the audit before and after."""
-    from pairsieve.orchestration import preflight
-    from pairsieve.orchestration.flows import clean
+    from pairsieve.orchestration.flows import clean, run_checked
 
     cfg = config_from_cli(config, overrides)
-    preflight.check(cfg, out, [str(dataset), *([str(catalog)] if catalog else [])])
     with terminal.showing_progress(cfg.runner.progress_every_s):
-        result = clean(
-            dataset=str(dataset),
-            out=str(out),
-            catalog=str(catalog) if catalog else None,
-            config=cfg.model_dump(mode="json"),
-            labels=[str(p) for p in labels or []],
-            label_column=label_column,
-        )
+        result = run_checked(clean, cfg, str(dataset), out, str(catalog) if catalog else None,
+                             labels, label_column=label_column)  # fmt: skip
     print_json({"dataset": str(out / "dataset"), "report": str(out / "report.html"), **result})
 
 

@@ -290,6 +290,39 @@ def build(
     return {r.stage: r.to_json() | {"skipped": r.skipped} for r in results}
 
 
+def _reported(out: str, key: str, run: Callable[[], StageResult]) -> dict[str, Any]:
+    """A standalone stage's task run with its progress shown as artifacts, then its report
+    published as artifacts under ``key``; its result as JSON."""
+    with progress.shown_by(ProgressArtifacts()):
+        result = run()
+    artifacts_task(Path(out), key=key)
+    return result.to_json() | {"skipped": result.skipped}
+
+
+def run_checked(
+    which: Any,
+    cfg: PairsieveConfig,
+    dataset: str,
+    out: str | Path,
+    catalog: str | None = None,
+    labels: list[str | Path] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """The `audit` or `clean` flow (``which``) on a dataset, after the checks its command runs
+    first (`preflight.check`: the output folder and its disk, the model, the services)."""
+    from pairsieve.orchestration import preflight
+
+    preflight.check(cfg, Path(out), [dataset, *([catalog] if catalog else [])])
+    return which(
+        dataset=dataset,
+        out=str(out),
+        catalog=catalog,
+        config=cfg.model_dump(mode="json"),
+        labels=[str(p) for p in labels or []],
+        **options,
+    )
+
+
 @flow(name="audit", log_prints=False)
 def audit(
     dataset: str,
@@ -301,10 +334,9 @@ def audit(
     """Measure the false negatives of a contrastive dataset built elsewhere (report in
     ``out``); ``labels`` are label files whose answers correct the estimate."""
     cfg = build_config(config or {})
-    with progress.shown_by(ProgressArtifacts()):
-        result = audit_task(cfg, dataset, catalog, out, list(labels or []))
-    artifacts_task(Path(out), key="pairsieve-audit")
-    return result.to_json() | {"skipped": result.skipped}
+    return _reported(
+        out, "pairsieve-audit", lambda: audit_task(cfg, dataset, catalog, out, list(labels or []))
+    )
 
 
 @flow(name="clean", log_prints=False)
@@ -327,10 +359,7 @@ def clean(
         tuple(Path(p) for p in labels or []),
         label_column,
     )
-    with progress.shown_by(ProgressArtifacts()):
-        result = clean_task(cfg, inputs, out)
-    artifacts_task(Path(out), key="pairsieve-clean")
-    return result.to_json() | {"skipped": result.skipped}
+    return _reported(out, "pairsieve-clean", lambda: clean_task(cfg, inputs, out))
 
 
 BUILD_SCHEDULE = "0 3 * * *"  # nightly, after the day's click logs have landed
