@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import polars as pl
-from harness.audit_data import st_dataset
+from harness.audit_data import negative_copy_share, st_dataset, truth_of_titles
 
 from pairsieve import schemas as S
 from pairsieve.cleaning import stage as clean
@@ -31,23 +31,6 @@ from pairsieve.config import PairsieveConfig
 from pairsieve.datasets import clicklog
 from pairsieve.datasets.benchmarks import BENCHMARKS, benchmark
 from pairsieve.orchestration.stages import stage_config
-
-
-def truth_of_titles(catalog: pl.DataFrame) -> dict[str, str]:
-    """Each title's ground-truth product (a title of several: its smallest listing's)."""
-    first = catalog.sort(S.LISTING_ID).unique(S.TITLE, keep="first", maintain_order=True)
-    return dict(zip(first[S.TITLE], first[S.TRUE_PRODUCT_ID].cast(pl.String), strict=True))
-
-
-def copy_share(dataset: pl.DataFrame, truth: dict[str, str]) -> tuple[float, int]:
-    """(share of negatives that are the positive's product by the truth, negatives)."""
-    columns = [c for c in dataset.columns if c.startswith("negative")]
-    same = total = 0
-    for column in columns:
-        for positive, negative in zip(dataset[S.POSITIVE], dataset[column], strict=True):
-            total += 1
-            same += truth.get(positive) is not None and truth.get(positive) == truth.get(negative)
-    return same / max(total, 1), total
 
 
 def one_catalog(name: str, args: argparse.Namespace) -> dict:
@@ -65,8 +48,8 @@ def one_catalog(name: str, args: argparse.Namespace) -> dict:
     before = pl.read_parquet(mined)
     after = pl.read_parquet(work / "clean" / clean.DATASET_DIR / mined.name)
     truth = truth_of_titles(catalog)
-    share_before, negatives = copy_share(before, truth)
-    share_after, _ = copy_share(after, truth)
+    share_before, negatives = negative_copy_share(before, truth)
+    share_after, _ = negative_copy_share(after, truth)
     figures = result.details
     return {
         "catalog": name,

@@ -36,16 +36,7 @@ def st_dataset(catalog_path: Path, clicks_path: Path, out: Path) -> tuple[Path, 
     if out.exists():
         return out, 0.0
     catalog = pl.read_parquet(catalog_path)
-    pairs = (
-        pl.read_parquet(clicks_path)
-        .select(S.QUERY, S.LISTING_ID)
-        .unique()
-        .join(catalog.select(S.LISTING_ID, S.TITLE), on=S.LISTING_ID)
-        .sort(S.QUERY, S.LISTING_ID)
-    )
-    dataset = Dataset.from_dict(
-        {S.ANCHOR: pairs[S.QUERY].to_list(), S.POSITIVE: pairs[S.TITLE].to_list()}
-    )
+    dataset = Dataset.from_polars(clicked_pairs(catalog, pl.read_parquet(clicks_path)))
     model = SentenceTransformer(bundled_model_path(), device="cpu")
     model.max_seq_length = 64
     corpus = catalog[S.TITLE].unique().sort().to_list()
@@ -66,6 +57,34 @@ def st_dataset(catalog_path: Path, clicks_path: Path, out: Path) -> tuple[Path, 
     seconds = time.perf_counter() - started
     mined.to_parquet(str(out))
     return out, seconds
+
+
+def clicked_pairs(catalog: pl.DataFrame, clicks: pl.DataFrame) -> pl.DataFrame:
+    """The click log's distinct (query, clicked title) pairs as (anchor, positive), sorted."""
+    return (
+        clicks.select(S.QUERY, S.LISTING_ID)
+        .unique()
+        .join(catalog.select(S.LISTING_ID, S.TITLE), on=S.LISTING_ID)
+        .sort(S.QUERY, S.LISTING_ID)
+        .select(pl.col(S.QUERY).alias(S.ANCHOR), pl.col(S.TITLE).alias(S.POSITIVE))
+    )
+
+
+def truth_of_titles(catalog: pl.DataFrame) -> dict[str, str]:
+    """Each title's ground-truth product (a title of several: its smallest listing's)."""
+    first = catalog.sort(S.LISTING_ID).unique(S.TITLE, keep="first", maintain_order=True)
+    return dict(zip(first[S.TITLE], first[S.TRUE_PRODUCT_ID].cast(pl.String), strict=True))
+
+
+def negative_copy_share(dataset: pl.DataFrame, truth: dict[str, str]) -> tuple[float, int]:
+    """(share of negatives that are the positive's product by the truth, negatives)."""
+    columns = [c for c in dataset.columns if c.startswith("negative")]
+    same = total = 0
+    for column in columns:
+        for positive, negative in zip(dataset[S.POSITIVE], dataset[column], strict=True):
+            total += 1
+            same += truth.get(positive) is not None and truth.get(positive) == truth.get(negative)
+    return same / max(total, 1), total
 
 
 def seed_st_cache(model, dataset, corpus: list[str], folder: Path) -> None:

@@ -167,6 +167,15 @@ class ClusterConfig(Section):
     min_cosine: float = Field(
         0.8, ge=-1, le=1, description="Embedding neighbours below this cosine are not candidates."
     )
+    knn_exact_max: int = Field(
+        20_000,
+        ge=1,
+        description="Up to this many distinct titles the neighbour search is exact; above it, "
+        "IVF (`knn.nlist`, `knn.nprobe`). Lower than mining's `knn.exact_max`: the stage asks "
+        "only for close neighbours, which IVF finds. Measured on the five shared catalogs and "
+        "47k and 180k generated titles: the same products, the stage at half the time or less "
+        "above 20k titles; below ~5k, IVF's training costs more than it saves.",
+    )
     rare_word_share: float | None = Field(
         None,
         gt=0,

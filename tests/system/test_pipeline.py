@@ -270,7 +270,7 @@ def test_day_two_builds_its_ivf_indexes_on_day_ones_layout(
     from pairsieve.vectors import knn
 
     data = _slice(tmp_path / "data", product_ids[:12])
-    cfg = _cfg(session_cache_dir, **{"knn.exact_max": 16})  # IVF in cluster and mine
+    cfg = _cfg(session_cache_dir, **{"knn.exact_max": 16, "cluster.knn_exact_max": 16})  # IVF
     day1 = _run_steps(cfg, data, tmp_path / "b1")["results"]
     day2 = _run_steps(cfg, data, tmp_path / "b2", previous=tmp_path / "b1")["results"]
     for position, stage in ((1, "cluster"), (2, "mine")):

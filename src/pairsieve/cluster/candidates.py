@@ -179,7 +179,7 @@ def embedding_candidates(
     titles = nodes[S.TITLE].to_list()
     vectors, details = _embed(cfg, titles, encoder)
     rows = None if unsettled is None else np.flatnonzero(unsettled)
-    keys = text_keys(titles) if len(titles) > cfg.knn.exact_max else None  # IVF only
+    keys = text_keys(titles) if len(titles) > cfg.cluster.knn_exact_max else None  # IVF only
     pairs, index = knn_pairs(cfg, vectors, mapper, rows, previous, keys)
     layout = None if keys is None else index.layout(keys)
     if layout is not None:

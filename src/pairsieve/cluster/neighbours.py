@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pairsieve.config import PairsieveConfig
+from pairsieve.config import KnnConfig, PairsieveConfig
 from pairsieve.core import io
 from pairsieve.core import partitions as parts
 from pairsieve.core.partitions import Mapper, Span
@@ -75,6 +75,12 @@ def neighbour_span(plan: str, span: Span, cfg: PairsieveConfig) -> str:
     return str(path)
 
 
+def knn_settings(cfg: PairsieveConfig) -> KnnConfig:
+    """The faiss settings of the neighbour search: `knn`'s, exact only up to
+    `cluster.knn_exact_max` titles."""
+    return cfg.knn.model_copy(update={"exact_max": cfg.cluster.knn_exact_max})
+
+
 def knn_pairs(
     cfg: PairsieveConfig,
     vectors: np.ndarray,
@@ -91,7 +97,7 @@ def knn_pairs(
     rows = np.arange(len(vectors)) if rows is None else rows
     spans = parts.spans(len(rows), KNN_QUERIES)
     folder = mapper.folder / "neighbours-plan"
-    index = index_slices.build(vectors, cfg.knn, cfg.seed, layout, keys, folder / "index")
+    index = index_slices.build(vectors, knn_settings(cfg), cfg.seed, layout, keys, folder / "index")
     NeighbourPlan(index, vectors, rows).write(folder)
     files = mapper.run(neighbour_span, folder, spans, cfg, STEP)
     found = [minhash.pair_codes(np.load(path)) for path in files]

@@ -15,7 +15,7 @@ pair keeps the score of the build that judged it (the judge's word weights come 
 build's catalog); two settled nodes are never paired anew (a code block or LSH bucket that
 shrank below `cluster.max_bucket` pairs only its unsettled members); and an old node gains a new
 node as embedding neighbour only when the new node finds the old one among its own nearest
-neighbours. Above `knn.exact_max` titles the kNN index is IVF: it is built on the previous
+neighbours. Above `cluster.knn_exact_max` titles the kNN index is IVF: it is built on the previous
 build's centroids while they fit (`knn.centroids_fit`), sparing their training, and each
 unchanged title goes to the list it went to then (`knn.IvfLayout`).
 """

@@ -9,6 +9,7 @@ import pytest
 from pairsieve.cluster import neighbours
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.partitions import Mapper
+from pairsieve.vectors import minhash
 from tests.maps import from_disk, in_processes
 
 
@@ -66,3 +67,18 @@ def test_single_thread_workers_find_the_same_pairs_as_this_process(tmp_path):
         mapper = Mapper(tmp_path / "there", in_processes)
         there, _ = neighbours.knn_pairs(CFG, vectors, mapper)
     assert np.array_equal(here, there)
+
+
+def test_the_search_is_ivf_above_its_own_limit_and_finds_the_close_pairs(tmp_path):
+    """The neighbour search has its own exact limit (`cluster.knn_exact_max`), below mining's
+    (`knn.exact_max`): above it the index is IVF, and the close neighbours it is asked for are
+    still found."""
+    vectors = _vectors(2_000, seed=2)
+    cfg = CFG.with_(**{"cluster.knn_exact_max": 1_000, "knn.nprobe": 8})
+    assert cfg.knn.exact_max > len(vectors)  # mining would still search exactly
+    assert neighbours.knn_settings(cfg).exact_max == 1_000
+    found, index = neighbours.knn_pairs(cfg, vectors, Mapper.local(tmp_path / "ivf"))
+    assert index.kind == "IndexIVFFlat"
+    exact = brute_force_pairs(vectors, 5, 0.5)
+    recalled = np.isin(minhash.pair_codes(exact), minhash.pair_codes(found)).mean()
+    assert recalled >= 0.999  # one probe finds 0.998
