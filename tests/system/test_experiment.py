@@ -68,6 +68,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
                 "cleaned",
                 "pairsieve",
                 "pairsieve-queue",
+                "pairsieve-guided",
                 "shards-stock",
                 "oracle",
             )
@@ -93,6 +94,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
         ("oracle", "pairsieve"),
         ("pairsieve", "shards-stock"),
         ("pairsieve-queue", "pairsieve"),
+        ("pairsieve-guided", "pairsieve"),
     } <= pairs
     for c in results["comparisons"]:
         assert c["ci"][0] <= c["difference"] <= c["ci"][1], c

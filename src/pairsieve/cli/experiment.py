@@ -42,7 +42,10 @@ TruthOpt = Annotated[
 ]
 ArmsOpt = Annotated[
     str | None,
-    typer.Option("--arms", help="Comma-separated arms [all but pairsieve-queue; see README]."),
+    typer.Option(
+        "--arms",
+        help="Comma-separated arms [all but pairsieve-queue, pairsieve-guided; see README].",
+    ),
 ]
 TausOpt = Annotated[str, typer.Option("--taus", help="Temperatures, e.g. 0.1,0.05,learned.")]
 SeedsOpt = Annotated[int, typer.Option("--seeds", min=1, help="Seeds per arm and τ.")]

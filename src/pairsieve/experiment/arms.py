@@ -16,6 +16,10 @@
   whether more negatives pay at a small batch. Run on request only: on a catalog whose copies
   the product ids miss, the queue brings more of them in, and it cost Altosight 0.023
   recall@10 (benchmarks/RESULTS.md).
+* `pairsieve-guided`: the same with the base encoder as a guide beside the product mask
+  (`GuidedMaskedRankingLoss`): any in-batch candidate the guide scores above the positive is
+  left out too, as GISTEmbedLoss does for st-best. Whether the copies the product ids miss
+  cost a catalog. Run on request; a step costs about a third more.
 * `shards-stock`: the build's shards with the stock loss and random batches: what the shards
   alone buy a team that changes nothing in its trainer, and what separates pairsieve's
   negatives from its batching and mask.
@@ -42,6 +46,7 @@ from pairsieve.experiment.data import RELEVANT, ExperimentData
 from pairsieve.experiment.settings import ARMS, Settings
 from pairsieve.training import (
     CLIP_TEMPERATURE,
+    GuidedMaskedRankingLoss,
     MaskedCachedMultipleNegativesRankingLoss,
     MaskedMultipleNegativesRankingLoss,
     MaskedQueueRankingLoss,
@@ -49,7 +54,7 @@ from pairsieve.training import (
 )
 
 LEARNED = "learned"
-ON_REQUEST = ("pairsieve-queue",)  # not among the default arms
+ON_REQUEST = ("pairsieve-queue", "pairsieve-guided")  # not among the default arms
 QUEUE_SIZE = 1024  # the documents of 8 earlier batches of 64 rows with one negative each
 ST_BEST_RELATIVE_MARGIN = 0.05
 MINED_ARMS = {"naive": None, "st-best": ST_BEST_RELATIVE_MARGIN}  # arm -> miner's margin
@@ -139,11 +144,21 @@ def _unique_labels(rows: int, columns: int) -> pl.Series:
     )
 
 
-def _masked(model: Any, tau: float | str, mini_batch_size: int | None, queue: bool = False) -> Any:
+def _masked(
+    model: Any,
+    tau: float | str,
+    mini_batch_size: int | None,
+    queue: bool = False,
+    guide: Any = None,
+) -> Any:
     """The masked loss at `tau`: by gradient caching when `mini_batch_size` is set, with a
-    memory queue when `queue`."""
+    memory queue when `queue`, with ``guide``'s rule beside the product mask when given."""
     learned = tau == LEARNED
     scale = 1 / CLIP_TEMPERATURE if learned else 1 / float(tau)
+    if guide is not None:
+        if mini_batch_size is not None:
+            raise PairsieveError("bad_option", "pairsieve-guided takes no --mini-batch-size")
+        return GuidedMaskedRankingLoss(model, guide, scale=scale, learn_scale=learned)
     if queue:
         if mini_batch_size is not None:
             raise PairsieveError("bad_option", "pairsieve-queue takes no --mini-batch-size")
@@ -185,9 +200,9 @@ def recipe(
     arm: str, tau: float | str, model: Any, guide: Any, rows: TrainingRows, settings: Settings
 ) -> Recipe:
     """The dataset, loss and batch sampler of a trained arm at temperature `tau` (``guide``: the
-    frozen model GISTEmbedLoss consults), with the negatives per row and the gradient-caching
-    mini-batch of `settings`. Each arm's loss is the cached form of itself when a mini-batch is
-    set, so a large batch changes only the memory.
+    frozen model that GISTEmbedLoss and the guided masked loss consult), with the negatives per
+    row and the gradient-caching mini-batch of `settings`. Each arm's loss is the cached form of
+    itself when a mini-batch is set, so a large batch changes only the memory.
 
     Raises:
         PairsieveError: `oracle` without a truth column, or `st-best` with a learned τ
@@ -216,8 +231,9 @@ def recipe(
         return Recipe(
             Dataset.from_polars(mined[arm]), _masked(model, tau, mini), ProductDisjointBatchSampler
         )
-    if arm in ("pairsieve", "pairsieve-queue"):
-        loss = _masked(model, tau, mini, queue=arm == "pairsieve-queue")
+    if arm in ("pairsieve", "pairsieve-queue", "pairsieve-guided"):
+        guided = guide if arm == "pairsieve-guided" else None
+        loss = _masked(model, tau, mini, queue=arm == "pairsieve-queue", guide=guided)
         return Recipe(Dataset.from_polars(_shard_rows(data, k)), loss, ProductDisjointBatchSampler)
     if arm == "oracle":
         if data.truth_column is None:

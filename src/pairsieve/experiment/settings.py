@@ -15,6 +15,7 @@ ARMS = (
     "cleaned",
     "pairsieve",
     "pairsieve-queue",
+    "pairsieve-guided",
     "shards-stock",
     "oracle",
 )

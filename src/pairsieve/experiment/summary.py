@@ -26,6 +26,8 @@ COMPARISONS = (
     ("pairsieve", "cleaned"),
     ("oracle", "pairsieve"),
     ("pairsieve-queue", "pairsieve"),
+    ("pairsieve-guided", "pairsieve"),
+    ("pairsieve-guided", "st-best"),
     ("shards-stock", "naive"),
     ("pairsieve", "shards-stock"),
     ("st-best", "naive"),

@@ -9,9 +9,11 @@ sentence-transformers' collator hands to the loss instead of encoding. Use them 
 
 `MaskedCachedMultipleNegativesRankingLoss` is the same loss for batches too large to hold in
 memory, `MaskedQueueRankingLoss` adds earlier batches' documents as negatives, and
+`GuidedMaskedRankingLoss` adds a frozen guide's rule (GISTEmbed's) beside the product mask, and
 `learn_scale=True` on any of them trains the temperature (`LearnedScale`).
 """
 
+from pairsieve.training.guided import GuidedMaskedRankingLoss
 from pairsieve.training.losses import (
     CLIP_TEMPERATURE,
     MAX_SCALE,
@@ -25,6 +27,7 @@ from pairsieve.training.sampler import ProductDisjointBatchSampler
 
 __all__ = [
     "CLIP_TEMPERATURE",
+    "GuidedMaskedRankingLoss",
     "MAX_SCALE",
     "LearnedScale",
     "MaskedCachedMultipleNegativesRankingLoss",

@@ -31,7 +31,11 @@ MAX_SCALE = 100.0  # CLIP's clamp on 1 / τ: below τ = 0.01 training becomes un
 
 
 def masked_info_nce(
-    logits: Tensor, anchor_products: Tensor, candidate_products: Tensor, positive_index: Tensor
+    logits: Tensor,
+    anchor_products: Tensor,
+    candidate_products: Tensor,
+    positive_index: Tensor,
+    also_out: Tensor | None = None,
 ) -> Tensor:
     """Per-anchor InfoNCE loss with every copy of the anchor's positive product left out.
 
@@ -40,10 +44,13 @@ def masked_info_nce(
     of each candidate; `positive_index` (b,) int64 the column of each anchor's own positive. A
     candidate of the anchor's positive product other than the positive itself is a false negative
     (the same product from another seller, or a reworded title): its logit becomes -inf, so it
-    leaves the softmax denominator instead of being pushed away. Returns (b,) float losses.
+    leaves the softmax denominator instead of being pushed away. `also_out` (b, n) bool leaves
+    out more candidates the same way (never the positive). Returns (b,) float losses.
     """
     rows = torch.arange(logits.size(0), device=logits.device)
     copies = candidate_products.unsqueeze(0) == anchor_products.unsqueeze(1)  # (b, n) bool
+    if also_out is not None:
+        copies |= also_out
     copies[rows, positive_index] = False
     masked = logits.masked_fill(copies, float("-inf"))
     return torch.logsumexp(masked, dim=1) - masked[rows, positive_index]
@@ -79,7 +86,7 @@ def product_labels(labels: Tensor | None, batch_size: int, columns: int, loss_na
     return labels.to(dtype=torch.long)
 
 
-def _split_batch(
+def split_batch(
     embeddings: list[Tensor], labels: Tensor | None, loss_name: str
 ) -> tuple[Tensor, list[Tensor], Tensor]:
     """(anchors, document columns, product ids on the anchors' device) of an embedded batch,
@@ -146,7 +153,7 @@ class MaskedMultipleNegativesRankingLoss(_ScaleMixin, MultipleNegativesRankingLo
         Raises:
             ValueError: labels missing or not (batch, number of candidate columns).
         """
-        queries, docs, labels = _split_batch(embeddings, labels, type(self).__name__)
+        queries, docs, labels = split_batch(embeddings, labels, type(self).__name__)
         batch_size = queries.size(0)
         offset = 0
         if self.gather_across_devices:
@@ -275,7 +282,7 @@ class MaskedQueueRankingLoss(MaskedMultipleNegativesRankingLoss):
         Raises:
             ValueError: labels missing or not (batch, number of candidate columns).
         """
-        queries, docs, labels = _split_batch(embeddings, labels, type(self).__name__)
+        queries, docs, labels = split_batch(embeddings, labels, type(self).__name__)
         batch_size = queries.size(0)
         batch_docs = torch.cat(docs, dim=0)
         batch_products = labels.T.reshape(-1)
