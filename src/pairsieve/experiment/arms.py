@@ -20,6 +20,9 @@
   (`GuidedMaskedRankingLoss`): any in-batch candidate the guide scores above the positive is
   left out too, as GISTEmbedLoss does for st-best. Whether the copies the product ids miss
   cost a catalog. Run on request; a step costs about a third more.
+* `pairsieve-gist`: the same, with the other anchors and positives as negatives too
+  (GISTEmbedLoss's `contrast_anchors` and `contrast_positives`), both masks applied to them:
+  st-best's loss with pairsieve's product mask. Run on request.
 * `shards-stock`: the build's shards with the stock loss and random batches: what the shards
   alone buy a team that changes nothing in its trainer, and what separates pairsieve's
   negatives from its batching and mask.
@@ -54,7 +57,9 @@ from pairsieve.training import (
 )
 
 LEARNED = "learned"
-ON_REQUEST = ("pairsieve-queue", "pairsieve-guided")  # not among the default arms
+GUIDED = ("pairsieve-guided", "pairsieve-gist")  # the masked loss with the base encoder as guide
+UNCACHED = ("pairsieve-queue", *GUIDED)  # no gradient-cached form
+ON_REQUEST = UNCACHED  # not among the default arms
 QUEUE_SIZE = 1024  # the documents of 8 earlier batches of 64 rows with one negative each
 ST_BEST_RELATIVE_MARGIN = 0.05
 MINED_ARMS = {"naive": None, "st-best": ST_BEST_RELATIVE_MARGIN}  # arm -> miner's margin
@@ -145,23 +150,22 @@ def _unique_labels(rows: int, columns: int) -> pl.Series:
 
 
 def _masked(
-    model: Any,
-    tau: float | str,
-    mini_batch_size: int | None,
-    queue: bool = False,
-    guide: Any = None,
+    model: Any, tau: float | str, mini_batch_size: int | None, arm: str = "", guide: Any = None
 ) -> Any:
-    """The masked loss at `tau`: by gradient caching when `mini_batch_size` is set, with a
-    memory queue when `queue`, with ``guide``'s rule beside the product mask when given."""
+    """The masked loss of a masked arm at `tau`: by gradient caching when `mini_batch_size` is
+    set; with a memory queue for `pairsieve-queue`; with ``guide``'s rule beside the product
+    mask for `pairsieve-guided`, and GISTEmbed's anchors and positives contrasted too for
+    `pairsieve-gist`."""
     learned = tau == LEARNED
     scale = 1 / CLIP_TEMPERATURE if learned else 1 / float(tau)
-    if guide is not None:
-        if mini_batch_size is not None:
-            raise PairsieveError("bad_option", "pairsieve-guided takes no --mini-batch-size")
-        return GuidedMaskedRankingLoss(model, guide, scale=scale, learn_scale=learned)
-    if queue:
-        if mini_batch_size is not None:
-            raise PairsieveError("bad_option", "pairsieve-queue takes no --mini-batch-size")
+    if arm in UNCACHED and mini_batch_size is not None:
+        raise PairsieveError("bad_option", f"{arm} takes no --mini-batch-size")
+    if arm in GUIDED:
+        contrast = arm == "pairsieve-gist"
+        return GuidedMaskedRankingLoss(
+            model, guide, scale=scale, learn_scale=learned, contrast=contrast
+        )
+    if arm == "pairsieve-queue":
         return MaskedQueueRankingLoss(
             model, scale=scale, queue_size=QUEUE_SIZE, learn_scale=learned
         )
@@ -231,9 +235,8 @@ def recipe(
         return Recipe(
             Dataset.from_polars(mined[arm]), _masked(model, tau, mini), ProductDisjointBatchSampler
         )
-    if arm in ("pairsieve", "pairsieve-queue", "pairsieve-guided"):
-        guided = guide if arm == "pairsieve-guided" else None
-        loss = _masked(model, tau, mini, queue=arm == "pairsieve-queue", guide=guided)
+    if arm in ("pairsieve", "pairsieve-queue", *GUIDED):
+        loss = _masked(model, tau, mini, arm, guide)
         return Recipe(Dataset.from_polars(_shard_rows(data, k)), loss, ProductDisjointBatchSampler)
     if arm == "oracle":
         if data.truth_column is None:

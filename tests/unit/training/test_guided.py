@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 from sentence_transformers import SentenceTransformer
+from sentence_transformers.util import cos_sim
 
 from pairsieve.training import GuidedMaskedRankingLoss, MaskedMultipleNegativesRankingLoss
 from pairsieve.training.guided import above_the_positive
 from pairsieve.vectors.embed import bundled_model_path
 
 SCALE = 20.0
+WARM = 2.0  # τ 0.5
 
 
 def test_above_the_positive_marks_what_the_guide_ranks_over_the_positive():
@@ -67,3 +69,34 @@ def test_a_guide_with_another_tokenizer_is_refused(model):
 
     with pytest.raises(ValueError, match="tokenizer"):
         GuidedMaskedRankingLoss(model, Other(), scale=SCALE)
+
+
+def test_contrast_adds_the_other_anchors_and_positives_under_both_masks(model):
+    """With `contrast`, row i's softmax also holds the other anchors (against its anchor) and
+    the other positives (against its positive); the same product and the guide's rule mask
+    them as they mask the documents. Checked against the loss written out by hand, at a high
+    temperature so that every candidate left in weighs on the loss."""
+    columns = [
+        [*ANCHORS, "canon eos 80d"],
+        [*POSITIVES, "Canon EOS 80D Body"],
+        ["Miele washing machine W1", "Bosch KGN34 fridge freezer", "Canon EOS 80D 18-55 kit"],
+    ]
+    labels = [[1, 10], [2, 1], [3, 30]]  # row 1's negative is row 0's product: masked for row 0
+    loss = GuidedMaskedRankingLoss(model, model, scale=WARM, contrast=True)
+    found = _loss(loss, model, columns, labels)
+
+    with torch.no_grad():
+        q, p, n = (model.encode(texts, convert_to_tensor=True) for texts in columns)
+    products = torch.tensor([1, 2, 3, 10, 1, 30, 1, 2, 3, 1, 2, 3])
+    expected = []
+    for i in range(3):
+        sims = torch.cat([cos_sim(q[i : i + 1], torch.cat([p, n])), cos_sim(q[i : i + 1], q),
+                          cos_sim(p[i : i + 1], p)], dim=1)[0]  # fmt: skip
+        threshold = sims[i]  # the guide is the model itself: its sims are the same
+        out = (products == labels[i][0]) | (sims > threshold)
+        out[i] = False
+        logits = (sims * WARM).masked_fill(out, float("-inf"))
+        expected.append(torch.logsumexp(logits, 0) - logits[i])
+    assert found == pytest.approx(torch.stack(expected).mean().item(), abs=1e-4)
+    plain = _loss(GuidedMaskedRankingLoss(model, model, scale=WARM), model, columns, labels)
+    assert found > plain  # other anchors and positives of other products are more negatives
