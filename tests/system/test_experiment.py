@@ -69,6 +69,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
                 "pairsieve",
                 "pairsieve-queue",
                 "pairsieve-guided",
+                "pairsieve-contrast",
                 "pairsieve-gist",
                 "shards-stock",
                 "oracle",
@@ -96,6 +97,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
         ("pairsieve", "shards-stock"),
         ("pairsieve-queue", "pairsieve"),
         ("pairsieve-guided", "pairsieve"),
+        ("pairsieve-contrast", "pairsieve"),
         ("pairsieve-gist", "pairsieve"),
     } <= pairs
     for c in results["comparisons"]:

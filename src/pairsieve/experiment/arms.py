@@ -16,13 +16,12 @@
   whether more negatives pay at a small batch. Run on request only: on a catalog whose copies
   the product ids miss, the queue brings more of them in, and it cost Altosight 0.023
   recall@10 (benchmarks/RESULTS.md).
-* `pairsieve-guided`: the same with the base encoder as a guide beside the product mask
-  (`GuidedMaskedRankingLoss`): any in-batch candidate the guide scores above the positive is
-  left out too, as GISTEmbedLoss does for st-best. Whether the copies the product ids miss
-  cost a catalog. Run on request; a step costs about a third more.
-* `pairsieve-gist`: the same, with the other anchors and positives as negatives too
-  (GISTEmbedLoss's `contrast_anchors` and `contrast_positives`), both masks applied to them:
-  st-best's loss with pairsieve's product mask. Run on request.
+* `pairsieve-guided`, `pairsieve-contrast`, `pairsieve-gist`: the same with GISTEmbedLoss's
+  additions (`MaskedGISTEmbedLoss`): the base encoder as a guide that also masks any
+  in-batch candidate it scores above the positive; the other anchors and positives as
+  negatives (contrast); or both, st-best's loss with pairsieve's product mask. Each measures
+  one part of the gap between st-best's loss and the masked loss. Run on request; a guided
+  step costs about a third more.
 * `shards-stock`: the build's shards with the stock loss and random batches: what the shards
   alone buy a team that changes nothing in its trainer, and what separates pairsieve's
   negatives from its batching and mask.
@@ -49,16 +48,21 @@ from pairsieve.experiment.data import RELEVANT, ExperimentData
 from pairsieve.experiment.settings import ARMS, Settings
 from pairsieve.training import (
     CLIP_TEMPERATURE,
-    GuidedMaskedRankingLoss,
     MaskedCachedMultipleNegativesRankingLoss,
+    MaskedGISTEmbedLoss,
     MaskedMultipleNegativesRankingLoss,
     MaskedQueueRankingLoss,
     ProductDisjointBatchSampler,
 )
 
 LEARNED = "learned"
-GUIDED = ("pairsieve-guided", "pairsieve-gist")  # the masked loss with the base encoder as guide
-UNCACHED = ("pairsieve-queue", *GUIDED)  # no gradient-cached form
+# the masked loss with GISTEmbed's additions: arm -> (guided by the base encoder, contrast)
+GIST_PARTS = {
+    "pairsieve-guided": (True, False),
+    "pairsieve-contrast": (False, True),
+    "pairsieve-gist": (True, True),
+}
+UNCACHED = ("pairsieve-queue", *GIST_PARTS)  # no gradient-cached form
 ON_REQUEST = UNCACHED  # not among the default arms
 QUEUE_SIZE = 1024  # the documents of 8 earlier batches of 64 rows with one negative each
 ST_BEST_RELATIVE_MARGIN = 0.05
@@ -153,17 +157,16 @@ def _masked(
     model: Any, tau: float | str, mini_batch_size: int | None, arm: str = "", guide: Any = None
 ) -> Any:
     """The masked loss of a masked arm at `tau`: by gradient caching when `mini_batch_size` is
-    set; with a memory queue for `pairsieve-queue`; with ``guide``'s rule beside the product
-    mask for `pairsieve-guided`, and GISTEmbed's anchors and positives contrasted too for
-    `pairsieve-gist`."""
+    set; with a memory queue for `pairsieve-queue`; with GISTEmbed's parts for the arms of
+    `GIST_PARTS` (``guide``: the base encoder)."""
     learned = tau == LEARNED
     scale = 1 / CLIP_TEMPERATURE if learned else 1 / float(tau)
     if arm in UNCACHED and mini_batch_size is not None:
         raise PairsieveError("bad_option", f"{arm} takes no --mini-batch-size")
-    if arm in GUIDED:
-        contrast = arm == "pairsieve-gist"
-        return GuidedMaskedRankingLoss(
-            model, guide, scale=scale, learn_scale=learned, contrast=contrast
+    if arm in GIST_PARTS:
+        guided, contrast = GIST_PARTS[arm]
+        return MaskedGISTEmbedLoss(
+            model, guide if guided else None, scale, learned, contrast=contrast
         )
     if arm == "pairsieve-queue":
         return MaskedQueueRankingLoss(
@@ -235,7 +238,7 @@ def recipe(
         return Recipe(
             Dataset.from_polars(mined[arm]), _masked(model, tau, mini), ProductDisjointBatchSampler
         )
-    if arm in ("pairsieve", "pairsieve-queue", *GUIDED):
+    if arm in ("pairsieve", "pairsieve-queue", *GIST_PARTS):
         loss = _masked(model, tau, mini, arm, guide)
         return Recipe(Dataset.from_polars(_shard_rows(data, k)), loss, ProductDisjointBatchSampler)
     if arm == "oracle":

@@ -16,6 +16,7 @@ ARMS = (
     "pairsieve",
     "pairsieve-queue",
     "pairsieve-guided",
+    "pairsieve-contrast",
     "pairsieve-gist",
     "shards-stock",
     "oracle",

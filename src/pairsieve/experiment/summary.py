@@ -28,6 +28,8 @@ COMPARISONS = (
     ("pairsieve-queue", "pairsieve"),
     ("pairsieve-guided", "pairsieve"),
     ("pairsieve-guided", "st-best"),
+    ("pairsieve-contrast", "pairsieve"),
+    ("pairsieve-contrast", "st-best"),
     ("pairsieve-gist", "pairsieve"),
     ("pairsieve-gist", "st-best"),
     ("shards-stock", "naive"),

@@ -9,11 +9,12 @@ sentence-transformers' collator hands to the loss instead of encoding. Use them 
 
 `MaskedCachedMultipleNegativesRankingLoss` is the same loss for batches too large to hold in
 memory, `MaskedQueueRankingLoss` adds earlier batches' documents as negatives, and
-`GuidedMaskedRankingLoss` adds a frozen guide's rule (GISTEmbed's) beside the product mask, and
+`MaskedGISTEmbedLoss` is GISTEmbed's loss (a guide, anchors and positives contrasted) with the
+product mask, and
 `learn_scale=True` on any of them trains the temperature (`LearnedScale`).
 """
 
-from pairsieve.training.guided import GuidedMaskedRankingLoss
+from pairsieve.training.gist import MaskedGISTEmbedLoss
 from pairsieve.training.losses import (
     CLIP_TEMPERATURE,
     MAX_SCALE,
@@ -27,10 +28,10 @@ from pairsieve.training.sampler import ProductDisjointBatchSampler
 
 __all__ = [
     "CLIP_TEMPERATURE",
-    "GuidedMaskedRankingLoss",
     "MAX_SCALE",
     "LearnedScale",
     "MaskedCachedMultipleNegativesRankingLoss",
+    "MaskedGISTEmbedLoss",
     "MaskedMultipleNegativesRankingLoss",
     "MaskedQueueRankingLoss",
     "ProductDisjointBatchSampler",

@@ -1,5 +1,6 @@
-"""The guided masked loss: a frozen encoder also masks the candidates it scores above the
-positive, so a copy that the product ids miss is not pushed away."""
+"""GISTEmbed's loss with the product mask: a frozen guide also masks the candidates it scores
+above the positive (a copy the product ids miss is not pushed away), and contrast adds the other
+anchors and positives as candidates under both masks."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.util import cos_sim
 
-from pairsieve.training import GuidedMaskedRankingLoss, MaskedMultipleNegativesRankingLoss
-from pairsieve.training.guided import above_the_positive
+from pairsieve.training import MaskedGISTEmbedLoss, MaskedMultipleNegativesRankingLoss
+from pairsieve.training.gist import above_the_positive
 from pairsieve.vectors.embed import bundled_model_path
 
 SCALE = 20.0
@@ -48,7 +49,7 @@ def test_a_copy_with_another_product_id_is_masked_by_the_guide_alone(model):
     labels = [[1, 10], [2, 20]]  # ids that miss the copy
     columns = [ANCHORS, POSITIVES, negatives]
     masked = _loss(MaskedMultipleNegativesRankingLoss(model, scale=SCALE), model, columns, labels)
-    guided = _loss(GuidedMaskedRankingLoss(model, model, scale=SCALE), model, columns, labels)
+    guided = _loss(MaskedGISTEmbedLoss(model, model, SCALE, contrast=False), model, columns, labels)
     assert guided < masked
 
 
@@ -56,7 +57,7 @@ def test_with_nothing_above_any_positive_the_guided_loss_is_the_masked_loss(mode
     columns = [ANCHORS, POSITIVES, ["Miele washing machine W1", "Canon EOS 80D body"]]
     labels = [[1, 10], [2, 20]]
     masked = _loss(MaskedMultipleNegativesRankingLoss(model, scale=SCALE), model, columns, labels)
-    guided = _loss(GuidedMaskedRankingLoss(model, model, scale=SCALE), model, columns, labels)
+    guided = _loss(MaskedGISTEmbedLoss(model, model, SCALE, contrast=False), model, columns, labels)
     assert guided == pytest.approx(masked, abs=1e-6)
 
 
@@ -68,22 +69,23 @@ def test_a_guide_with_another_tokenizer_is_refused(model):
                 return {"[CLS]": 0}
 
     with pytest.raises(ValueError, match="tokenizer"):
-        GuidedMaskedRankingLoss(model, Other(), scale=SCALE)
+        MaskedGISTEmbedLoss(model, Other(), scale=SCALE)
 
 
-def test_contrast_adds_the_other_anchors_and_positives_under_both_masks(model):
+@pytest.mark.parametrize("guided", [True, False], ids=["guide", "no-guide"])
+def test_contrast_adds_the_other_anchors_and_positives_under_the_masks(model, guided):
     """With `contrast`, row i's softmax also holds the other anchors (against its anchor) and
-    the other positives (against its positive); the same product and the guide's rule mask
-    them as they mask the documents. Checked against the loss written out by hand, at a high
-    temperature so that every candidate left in weighs on the loss."""
+    the other positives (against its positive); the product mask, and the guide's rule when
+    guided, mask them as they mask the documents. Checked against the loss written out by
+    hand, at a high temperature so that every candidate left in weighs on the loss."""
     columns = [
         [*ANCHORS, "canon eos 80d"],
         [*POSITIVES, "Canon EOS 80D Body"],
         ["Miele washing machine W1", "Bosch KGN34 fridge freezer", "Canon EOS 80D 18-55 kit"],
     ]
     labels = [[1, 10], [2, 1], [3, 30]]  # row 1's negative is row 0's product: masked for row 0
-    loss = GuidedMaskedRankingLoss(model, model, scale=WARM, contrast=True)
-    found = _loss(loss, model, columns, labels)
+    guide = model if guided else None
+    found = _loss(MaskedGISTEmbedLoss(model, guide, WARM, contrast=True), model, columns, labels)
 
     with torch.no_grad():
         q, p, n = (model.encode(texts, convert_to_tensor=True) for texts in columns)
@@ -92,11 +94,12 @@ def test_contrast_adds_the_other_anchors_and_positives_under_both_masks(model):
     for i in range(3):
         sims = torch.cat([cos_sim(q[i : i + 1], torch.cat([p, n])), cos_sim(q[i : i + 1], q),
                           cos_sim(p[i : i + 1], p)], dim=1)[0]  # fmt: skip
-        threshold = sims[i]  # the guide is the model itself: its sims are the same
-        out = (products == labels[i][0]) | (sims > threshold)
+        out = products == labels[i][0]
+        if guided:  # the guide is the model itself: its similarities are these
+            out |= sims > sims[i]
         out[i] = False
         logits = (sims * WARM).masked_fill(out, float("-inf"))
         expected.append(torch.logsumexp(logits, 0) - logits[i])
     assert found == pytest.approx(torch.stack(expected).mean().item(), abs=1e-4)
-    plain = _loss(GuidedMaskedRankingLoss(model, model, scale=WARM), model, columns, labels)
+    plain = _loss(MaskedGISTEmbedLoss(model, guide, WARM, contrast=False), model, columns, labels)
     assert found > plain  # other anchors and positives of other products are more negatives
