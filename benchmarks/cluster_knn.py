@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 import polars as pl
+from harness.catalogs import generated_marketplace
 
 from pairsieve import schemas as S
 from pairsieve.cluster import stage as cluster
 from pairsieve.config import PairsieveConfig
-from pairsieve.datasets import synth
 from pairsieve.datasets.benchmarks import BENCHMARKS, benchmark
 from pairsieve.datasets.scoring import score
 from pairsieve.orchestration.stages import stage_config
@@ -64,14 +64,6 @@ def one_catalog(name: str, catalog: pl.DataFrame, work: Path) -> dict:
     }
 
 
-def generated(products: int, work: Path) -> pl.DataFrame:
-    """The generated marketplace of `pairsieve synth --products P --seed 3`."""
-    folder = work / f"synth-{products}"
-    if not (folder / "catalog.parquet").exists():
-        synth.generate(folder, products, seed=3)
-    return pl.read_parquet(folder / "catalog.parquet")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
@@ -85,7 +77,12 @@ def main() -> None:
         for name in filter(None, args.catalogs.split(","))
     ]
     catalogs += [
-        (f"generated {p}", lambda p=int(p): generated(p, args.work))
+        (
+            f"generated {p}",
+            lambda p=int(p): pl.read_parquet(
+                generated_marketplace(args.work / f"synth-{p}", p) / "catalog.parquet"
+            ),
+        )
         for p in filter(None, args.synth.split(","))
     ]
     print(

@@ -19,16 +19,7 @@ import sys
 from pathlib import Path
 
 from harness.process_tree import measure
-
-
-def stage_seconds(build: Path) -> dict[str, float]:
-    """Seconds each stage of a published build folder recorded in its stage.json."""
-    seconds = {}
-    for path in sorted(build.glob("*/stage.json")):
-        timings = json.loads(path.read_text()).get("timings", {})
-        if "total_s" in timings:
-            seconds[path.parent.name] = timings["total_s"]
-    return seconds
+from harness.stages import stage_seconds
 
 
 def main() -> None:

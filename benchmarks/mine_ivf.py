@@ -23,47 +23,18 @@ import shutil
 from pathlib import Path
 
 import polars as pl
+from harness.catalogs import catalog_inputs, mined_copy_share
 from harness.stages import build
 
 from pairsieve import schemas as S
 from pairsieve.config import PairsieveConfig
-from pairsieve.datasets import clicklog, synth
-from pairsieve.datasets.benchmarks import benchmark
 
 EVERY_INDEX_IVF = 1
 ROW = [S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID]
 
 
-def inputs(name: str, args: argparse.Namespace) -> Path:
-    """A folder with the catalog and its click log: a shared catalog's derived log, or the
-    generated marketplace's own (`synth:P`)."""
-    folder = args.work / name.replace(":", "-") / "data"
-    if (folder / "clicks.parquet").exists():
-        return folder
-    if name.startswith("synth:"):
-        synth.generate(folder, int(name.split(":")[1]), seed=3)
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    catalog = benchmark(name).load(args.data_root)
-    catalog.write_parquet(folder / "catalog.parquet")
-    clicklog.derive_clicks(catalog, seed=13).write_parquet(folder / "clicks.parquet")
-    return folder
-
-
-def copies(negatives: pl.DataFrame, catalog: pl.DataFrame) -> float:
-    truth = catalog.select(S.LISTING_ID, S.TRUE_PRODUCT_ID)
-    joined = negatives.join(
-        truth.rename({S.LISTING_ID: S.POSITIVE_LISTING_ID, S.TRUE_PRODUCT_ID: "_p"}),
-        on=S.POSITIVE_LISTING_ID,
-    ).join(
-        truth.rename({S.LISTING_ID: S.NEGATIVE_LISTING_ID, S.TRUE_PRODUCT_ID: "_n"}),
-        on=S.NEGATIVE_LISTING_ID,
-    )
-    return float((joined["_p"] == joined["_n"]).mean())
-
-
 def one_catalog(name: str, args: argparse.Namespace) -> dict:
-    data = inputs(name, args)
+    data = catalog_inputs(name, args.data_root, args.work / name.replace(":", "-") / "data")
     catalog = pl.read_parquet(data / "catalog.parquet")
     found = {"catalog": name, "listings": catalog.height}
     kept = {}
@@ -80,7 +51,7 @@ def one_catalog(name: str, args: argparse.Namespace) -> dict:
         found[label] = {
             "mine_s": figures["seconds"]["mine"],
             "search_s": stage["timings"].get("search_s"),
-            "copies": copies(negatives, catalog),
+            "copies": mined_copy_share(negatives, catalog),
             "per_pair": stage["details"]["negatives_per_pair"],
             "short": stage["details"]["pairs_short"],
         }

@@ -1,7 +1,7 @@
 """A cold `pairsieve build` against sentence-transformers' `mine_hard_negatives`, side by side on
 the same input: the one number a team that already mines with sentence-transformers compares.
 
-The input is the generated marketplace (`pairsieve synth --products P --seed S`, ~4.3 listings a
+The input is the generated marketplace (`pairsieve synth --products P --seed 3`, ~4.3 listings a
 product). Both sides start from nothing a previous run left behind:
 
 * pairsieve: `pairsieve build` as a user runs it (its CLI, Prefect's ephemeral API, the default
@@ -18,7 +18,7 @@ Each side runs alone, one after the other, and is measured as a whole process tr
 ratio. Both outputs are also checked by the truth: the share of negatives that are the
 positive's product.
 
-    .venv/bin/python benchmarks/versus_st.py --products 11600 [--work /tmp/ps-versus] [--seed 3]
+    .venv/bin/python benchmarks/versus_st.py --products 11600 [--work /tmp/ps-versus]
 
 Prints a markdown row for benchmarks/RESULTS.md and writes WORK/versus-P.json.
 """
@@ -28,19 +28,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import polars as pl
 from harness.audit_data import clicked_pairs, negative_copy_share, truth_of_titles
+from harness.catalogs import generated_marketplace, mined_copy_share
 from harness.process_tree import measure
+from harness.stages import stage_seconds
 
 from pairsieve import schemas as S
 
 NUM_NEGATIVES = 3
 RELATIVE_MARGIN = 0.05
-HERE = Path(__file__).resolve().parent
 PAIRSIEVE = Path(sys.executable).with_name("pairsieve")
 
 
@@ -68,33 +68,9 @@ def st_mine(catalog_path: Path, clicks_path: Path, out: Path) -> None:
     mined.to_parquet(str(out))
 
 
-def generated(work: Path, products: int, seed: int) -> tuple[Path, Path]:
-    data = work / f"synth-{products}-{seed}"
-    if not (data / "clicks.parquet").exists():
-        command = [str(PAIRSIEVE), "synth", "--out", str(data), "--products", str(products)]
-        subprocess.run([*command, "--seed", str(seed)], check=True)  # noqa: S603
-    return data / "catalog.parquet", data / "clicks.parquet"
-
-
-def pairsieve_copy_share(build: Path, catalog: pl.DataFrame) -> float:
-    """Share of the build's mined negatives whose true product is the positive's."""
-    truth = catalog.select(S.LISTING_ID, S.TRUE_PRODUCT_ID)
-    negatives = (
-        pl.read_parquet(build / "mine" / "negatives.parquet")
-        .join(
-            truth.rename({S.LISTING_ID: "positive_listing_id", S.TRUE_PRODUCT_ID: "_p"}),
-            on="positive_listing_id",
-        )
-        .join(
-            truth.rename({S.LISTING_ID: "negative_listing_id", S.TRUE_PRODUCT_ID: "_n"}),
-            on="negative_listing_id",
-        )
-    )
-    return float((negatives["_p"] == negatives["_n"]).mean())
-
-
 def side_by_side(args: argparse.Namespace) -> dict:
-    catalog_path, clicks_path = generated(args.work, args.products, args.seed)
+    data = generated_marketplace(args.work / f"synth-{args.products}", args.products)
+    catalog_path, clicks_path = data / "catalog.parquet", data / "clicks.parquet"
     catalog = pl.read_parquet(catalog_path)
     run = args.work / f"run-{args.products}"
     for stale in (run / "build", run / "cache"):
@@ -129,13 +105,12 @@ def side_by_side(args: argparse.Namespace) -> dict:
         "titles": catalog[S.TITLE].n_unique(),
         "st": st,
         "pairsieve": ours,
-        "stage_s": {
-            path.parent.name: json.loads(path.read_text())["timings"].get("total_s")
-            for path in sorted((run / "build").glob("*/stage.json"))
-        },
+        "stage_s": stage_seconds(run / "build"),
         "ratio_wall": ours["wall_s"] / st["wall_s"],
         "copies_st": negative_copy_share(pl.read_parquet(st_out), truth_of_titles(catalog))[0],
-        "copies_pairsieve": pairsieve_copy_share(run / "build", catalog),
+        "copies_pairsieve": mined_copy_share(
+            pl.read_parquet(run / "build" / "mine" / "negatives.parquet"), catalog
+        ),
     }
 
 
@@ -145,7 +120,6 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--products", type=int, default=11_600, help="~4.3 listings each.")
-    parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("/tmp/ps-versus"))
     parser.add_argument("--interval", type=float, default=0.5, help="Seconds between samples.")
     args = parser.parse_args()

@@ -1,9 +1,10 @@
 """A build run stage by stage in this process, as the flow's tasks run it (no Prefect start-up),
-timed per stage in wall and CPU seconds.
+timed per stage in wall and CPU seconds; and the seconds a published build's stages recorded.
 """
 
 from __future__ import annotations
 
+import json
 import resource
 import time
 from pathlib import Path
@@ -57,3 +58,13 @@ def build(cfg, data: Path, run_dir: Path, previous: Path | None = None) -> dict:
         "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()},
         "embedded": embedded,
     }
+
+
+def stage_seconds(build: Path) -> dict[str, float]:
+    """Seconds each stage of a published build folder recorded in its stage.json."""
+    seconds = {}
+    for path in sorted(build.glob("*/stage.json")):
+        timings = json.loads(path.read_text()).get("timings", {})
+        if "total_s" in timings:
+            seconds[path.parent.name] = timings["total_s"]
+    return seconds
