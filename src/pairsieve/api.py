@@ -130,8 +130,8 @@ def audit(
 
     cfg = load_config(Path(config) if config else None, settings)
     with tempfile.TemporaryDirectory(prefix="pairsieve-inputs-") as scratch:
-        tables = _dataset_paths(dataset, catalog, Path(scratch))
-        run_checked(audit_flow, cfg, tables[0], out, tables[1], labels)
+        data_path, catalog_path = _dataset_paths(dataset, catalog, Path(scratch))
+        run_checked(audit_flow, cfg, data_path, out, catalog_path, labels)
     report = json.loads((Path(out) / "report.json").read_text())
     interval = report["audit"]["figures"].get("false_negative_rate_ci")
     return AuditResult(
@@ -164,8 +164,8 @@ def clean(
 
     cfg = load_config(Path(config) if config else None, settings)
     with tempfile.TemporaryDirectory(prefix="pairsieve-inputs-") as scratch:
-        tables = _dataset_paths(dataset, catalog, Path(scratch))
+        data_path, catalog_path = _dataset_paths(dataset, catalog, Path(scratch))
         folder = Path(out) if out is not None else Path(scratch) / "clean"
-        run_checked(clean_flow, cfg, tables[0], folder, tables[1], labels)
+        run_checked(clean_flow, cfg, data_path, folder, catalog_path, labels)
         frames = [read_file(f) for f in dataset_files(folder / "dataset")]
         return Dataset(pl.concat(frames, how="diagonal_relaxed").to_arrow())

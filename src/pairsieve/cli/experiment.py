@@ -44,7 +44,7 @@ ArmsOpt = Annotated[
     str | None,
     typer.Option(
         "--arms",
-        help="Comma-separated arms [all but pairsieve-queue, pairsieve-guided; see README].",
+        help="Comma-separated arms [all but those run on request; see README].",
     ),
 ]
 TausOpt = Annotated[str, typer.Option("--taus", help="Temperatures, e.g. 0.1,0.05,learned.")]

@@ -207,7 +207,7 @@ def recipe(
     arm: str, tau: float | str, model: Any, guide: Any, rows: TrainingRows, settings: Settings
 ) -> Recipe:
     """The dataset, loss and batch sampler of a trained arm at temperature `tau` (``guide``: the
-    frozen model that GISTEmbedLoss and the guided masked loss consult), with the negatives per
+    frozen model that GISTEmbedLoss and `MaskedGISTEmbedLoss` consult), with the negatives per
     row and the gradient-caching mini-batch of `settings`. Each arm's loss is the cached form of
     itself when a mini-batch is set, so a large batch changes only the memory.
 

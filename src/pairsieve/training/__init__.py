@@ -8,9 +8,8 @@ sentence-transformers' collator hands to the loss instead of encoding. Use them 
     loss = MaskedMultipleNegativesRankingLoss(model, scale=20.0)
 
 `MaskedCachedMultipleNegativesRankingLoss` is the same loss for batches too large to hold in
-memory, `MaskedQueueRankingLoss` adds earlier batches' documents as negatives, and
-`MaskedGISTEmbedLoss` is GISTEmbed's loss (a guide, anchors and positives contrasted) with the
-product mask, and
+memory, `MaskedQueueRankingLoss` adds earlier batches' documents as negatives,
+`MaskedGISTEmbedLoss` adds GISTEmbed's guide and contrast (each optional), and
 `learn_scale=True` on any of them trains the temperature (`LearnedScale`).
 """
 

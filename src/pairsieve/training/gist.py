@@ -66,7 +66,8 @@ class MaskedGISTEmbedLoss(MaskedMultipleNegativesRankingLoss):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor) -> Tensor:
         features = list(sentence_features)
-        guide_features = [dict(feature) for feature in features]  # the guide writes into them
+        # copied before the model writes its outputs into them; the guide writes into its own
+        guide_features = [dict(f) for f in features] if self.guide is not None else []
         embeddings = embed_columns(self.model, features)
         queries, docs, labels = split_batch(embeddings, labels, type(self).__name__)
         positive_index = torch.arange(queries.size(0), device=queries.device)
