@@ -1,6 +1,7 @@
 """One clustering run of a labelled catalog (`Run`: its candidate pairs, their features, labels
 and scores against the truth) and the leave-one-catalog-out measurement built on such runs:
-which catalogs fit and which is measured, the thresholds picked on the fitted ones, table cells.
+which catalogs fit and which is measured, the thresholds picked on the fitted ones, table cells;
+and where a run's true pairs went (`recall_row`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from harness import tfidf
 from pairsieve import schemas as S
 from pairsieve.cluster import linkage
 from pairsieve.cluster import stage as cluster
 from pairsieve.cluster.neighbours import scratch_mapper
 from pairsieve.config import PairsieveConfig
+from pairsieve.datasets.benchmarks import BENCHMARKS
 from pairsieve.datasets.scoring import score
 
 # PriceRunner's categories in half A of a category split (`Run.category`, `Run.listing_half`)
@@ -32,14 +35,18 @@ class Run:
     candidate pair is labelled only across shops and scoring counts cross-shop pairs."""
 
     def __init__(
-        self, cfg: PairsieveConfig, catalog: pl.DataFrame, source_column: str | None = None
+        self,
+        cfg: PairsieveConfig,
+        catalog: pl.DataFrame,
+        source_column: str | None = None,
+        requested: pl.DataFrame | None = None,
     ) -> None:
         started = time.perf_counter()
         self.features: dict[str, np.ndarray] = {}
         truth = dict(zip(catalog[S.LISTING_ID], catalog[S.TRUE_PRODUCT_ID], strict=True))
         hidden = catalog.drop(S.TRUE_PRODUCT_ID, S.TRUE_PRODUCT_NAME, strict=False)
         with scratch_mapper() as mapper:
-            extras = cluster.Extras(features=self.features)
+            extras = cluster.Extras(features=self.features, requested=requested)
             self.result = cluster.cluster_listings(cfg, hidden, mapper, extras)
         self.seconds = time.perf_counter() - started
         ids = self.result.frame[S.LISTING_ID].to_list()
@@ -171,7 +178,50 @@ def score_cells(s) -> str:
     return f"{pair} | {s.bcubed_f1:.3f}"
 
 
-def benchmark_run(cfg: PairsieveConfig, bench, data_root: Path) -> Run:
+def benchmark_run(cfg: PairsieveConfig, bench, data_root: Path, tfidf_k: int = 0) -> Run:
     """The clustering run of one benchmark catalog, truth hidden; a two-shop catalog's pairs are
-    labelled and scored across shops only."""
-    return Run(cfg, bench.load(data_root), S.SELLER_ID if bench.cross_source else None)
+    labelled and scored across shops only. With ``tfidf_k``, each title's TF-IDF top-k
+    neighbours (`harness.tfidf`) are judged besides the candidates."""
+    catalog = bench.load(data_root)
+    requested = tfidf.listing_pairs(catalog, tfidf_k) if tfidf_k else None
+    return Run(cfg, catalog, S.SELLER_ID if bench.cross_source else None, requested)
+
+
+def true_node_pairs(run: Run) -> int:
+    """Pairs of distinct nodes of one product (by each node's majority truth); across shops
+    only when the truth links listings across shops alone."""
+    frame = pl.DataFrame({"truth": [str(t) for t in run.node_truth]})
+    if run.source is None:
+        k = frame.group_by("truth").len()["len"].cast(pl.Int64)
+        return int((k * (k - 1)).sum() // 2)
+    nodes = run.result.frame["_node"].to_numpy()
+    order = np.argsort(nodes, kind="stable")
+    first = np.r_[True, nodes[order][1:] != nodes[order][:-1]]
+    shop = run.source[order][first]
+    frame = frame.with_columns(pl.Series("shop", [str(s) for s in shop]))
+    k = frame.group_by("truth").len()["len"].cast(pl.Int64)
+    within = frame.group_by("truth", "shop").len()["len"].cast(pl.Int64)
+    return int((k * (k - 1)).sum() // 2 - (within * (within - 1)).sum() // 2)
+
+
+def recall_row(cfg: PairsieveConfig, name: str, data_root: Path, tfidf_k: int = 0) -> dict:
+    """One catalog clustered under ``cfg``, truth hidden: its pairwise scores, where its true
+    pairs went (candidates, or held apart by `low_information`), the pairs judged and the
+    seconds taken (with ``tfidf_k``, finding the TF-IDF top-k pairs included)."""
+    started = time.perf_counter()
+    run = benchmark_run(cfg, BENCHMARKS[name], data_root, tfidf_k)
+    scores = run.rule_scores()
+    true = run.label & run.labelled
+    reason = run.scored[S.VETO_REASON].cast(pl.String).fill_null("").to_numpy()
+    total = true_node_pairs(run)
+    return {
+        "catalog": name,
+        "pairwise_p": round(scores.pairwise_precision, 4),
+        "pairwise_r": round(scores.pairwise_recall, 4),
+        "pairwise_f1": round(scores.pairwise_f1, 4),
+        "true_node_pairs": total,
+        "candidate_recall": round(int(true.sum()) / max(total, 1), 4),
+        "true_held_low_information": int((true & (reason == "low_information")).sum()),
+        "pairs_judged": len(run.a),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
