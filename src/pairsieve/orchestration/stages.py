@@ -7,9 +7,12 @@ is kept by hand beside the declarations in the stage packages.
 
 from __future__ import annotations
 
+import hashlib
+
 from pairsieve import audits, cleaning, cluster, ingest, mine, report, shards
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.declaration import Stage, StageConfig, sections_hash
+from pairsieve.vectors.model_identity import weights_identity
 
 STAGES: dict[str, Stage] = {
     stage.name: stage
@@ -37,8 +40,15 @@ def readable(name: str) -> frozenset[str]:
 
 
 def settings_hash(cfg: PairsieveConfig, name: str) -> str:
-    """The hash of stage ``name``'s own settings, recorded in its `stage.json`."""
-    return sections_hash(cfg, STAGES[name].sections)
+    """The hash of stage ``name``'s own settings, recorded in its `stage.json`. A stage that
+    embeds with a model folder of the team's own also hashes which weights the folder holds
+    (`model_identity.weights_identity`): fine-tuning into the same folder changes no setting,
+    yet every vector, so the stage must run again."""
+    settings = sections_hash(cfg, STAGES[name].sections)
+    if "embed" not in STAGES[name].sections or cfg.embed.model_path is None:
+        return settings
+    weights = "|".join(weights_identity(cfg.embed.model_path))
+    return hashlib.sha256(f"{settings}|{weights}".encode()).hexdigest()
 
 
 def stage_config(cfg: PairsieveConfig, name: str) -> PairsieveConfig:

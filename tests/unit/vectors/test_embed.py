@@ -29,6 +29,7 @@ from pairsieve.vectors.embed import (
     write_partitions,
 )
 from pairsieve.vectors.embedding_cache import EmbeddingCache
+from pairsieve.vectors.onnx import model_fingerprint
 
 TITLES = [
     "Apple iPhone 8 Plus 64GB Silver",
@@ -211,6 +212,24 @@ def test_torch_model_key_is_stable():
     assert keys["torch"] == "5e982d2d4e135c6d"
     assert len(set(keys.values())) == 4
     assert _model_key(bundled_model_path(), EmbedConfig(max_seq_length=32)) != keys["torch"]
+
+
+def test_weights_fine_tuned_into_the_same_folder_get_new_keys(tmp_path):
+    """Same folder name, same weight size, other bytes: the old model's cached vectors and ONNX
+    export must not serve the new weights."""
+    folder = tmp_path / "encoder"
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(bytes(range(256)) * 64)
+    cfg = EmbedConfig(backend="onnx-int8")
+    before = _model_key(str(folder), cfg), model_fingerprint(str(folder))
+    weights.write_bytes(bytes(reversed(range(256))) * 64)  # a training step later, same size
+    after = _model_key(str(folder), cfg), model_fingerprint(str(folder))
+    assert before[0] != after[0] and before[1] != after[1]
+    assert after[1].startswith(f"encoder-{256 * 64}-")  # still readable as folder and size
+    renamed = folder.rename(tmp_path / "other")
+    assert _model_key(str(renamed), cfg) != after[0]
 
 
 @pytest.mark.slow
