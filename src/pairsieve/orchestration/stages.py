@@ -8,10 +8,12 @@ is kept by hand beside the declarations in the stage packages.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 from pairsieve import audits, cleaning, cluster, ingest, mine, report, shards
 from pairsieve.config import PairsieveConfig
 from pairsieve.core.declaration import Stage, StageConfig, sections_hash
+from pairsieve.core.io import sha256_file
 from pairsieve.vectors.model_identity import weights_identity
 
 STAGES: dict[str, Stage] = {
@@ -40,15 +42,28 @@ def readable(name: str) -> frozenset[str]:
 
 
 def settings_hash(cfg: PairsieveConfig, name: str) -> str:
-    """The hash of stage ``name``'s own settings, recorded in its `stage.json`. A stage that
-    embeds with a model folder of the team's own also hashes which weights the folder holds
-    (`model_identity.weights_identity`): fine-tuning into the same folder changes no setting,
-    yet every vector, so the stage must run again."""
+    """The hash of stage ``name``'s own settings, recorded in its `stage.json`, with what the
+    files its settings name hold (`named_files`)."""
     settings = sections_hash(cfg, STAGES[name].sections)
-    if "embed" not in STAGES[name].sections or cfg.embed.model_path is None:
+    held = named_files(cfg, STAGES[name].sections)
+    if not held:
         return settings
-    weights = "|".join(weights_identity(cfg.embed.model_path))
-    return hashlib.sha256(f"{settings}|{weights}".encode()).hexdigest()
+    return hashlib.sha256("|".join([settings, *held]).encode()).hexdigest()
+
+
+def named_files(cfg: PairsieveConfig, sections: tuple[str, ...]) -> list[str]:
+    """What the files named by settings of ``sections`` hold: the team's own model folder
+    (`model_identity.weights_identity`) and the judgement's model. Settings hash their paths
+    only, yet fine-tuning into the same folder or refitting into the same file changes every
+    output, so the stages reading them must run again. The shipped model and judgement change
+    only with the code, which `code_version` covers, so they add nothing."""
+    held = []
+    if "embed" in sections and cfg.embed.model_path is not None:
+        held.append("|".join(weights_identity(cfg.embed.model_path)))
+    if "mine" in sections and cfg.mine.copy_model is not None:
+        path = Path(cfg.mine.copy_model)
+        held.append(sha256_file(path) if path.is_file() else "missing")
+    return held
 
 
 def stage_config(cfg: PairsieveConfig, name: str) -> PairsieveConfig:

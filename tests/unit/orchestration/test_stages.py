@@ -181,3 +181,15 @@ def test_new_weights_in_the_same_model_folder_rerun_the_stages_that_embed(tmp_pa
     assert {name for name in STAGES if before[name] != after[name]} == embedding
     # the bundled model's hash is its settings' alone, as builds recorded it before
     assert settings_hash(BASE, "cluster") == sections_hash(BASE, STAGES["cluster"].sections)
+
+
+def test_a_judgement_refitted_into_the_same_file_reruns_the_stages_that_read_it(tmp_path):
+    model = tmp_path / "copy_model.json"
+    model.write_text('{"weights": [1.0]}')
+    cfg = BASE.with_(**{"mine.copy_model": str(model)})
+    before = {name: settings_hash(cfg, name) for name in STAGES}
+    model.write_text('{"weights": [2.0]}')
+    after = {name: settings_hash(cfg, name) for name in STAGES}
+    reading = {name for name, stage in STAGES.items() if "mine" in stage.sections}
+    assert {"mine", "shards"} <= reading
+    assert {name for name in STAGES if before[name] != after[name]} == reading
