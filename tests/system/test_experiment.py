@@ -71,6 +71,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
                 "pairsieve-guided",
                 "pairsieve-contrast",
                 "pairsieve-gist",
+                "pairsieve-contrast-guided",
                 "shards-stock",
                 "oracle",
             )
@@ -99,6 +100,7 @@ def test_every_arm_trains_and_the_results_have_their_schema(toy_results):
         ("pairsieve-guided", "pairsieve"),
         ("pairsieve-contrast", "pairsieve"),
         ("pairsieve-gist", "pairsieve"),
+        ("pairsieve-contrast-guided", "pairsieve-contrast"),
     } <= pairs
     for c in results["comparisons"]:
         assert c["ci"][0] <= c["difference"] <= c["ci"][1], c

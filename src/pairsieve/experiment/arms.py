@@ -20,8 +20,9 @@
   additions (`MaskedGISTEmbedLoss`): the base encoder as a guide that also masks any
   in-batch candidate it scores above the positive; the other anchors and positives as
   negatives (contrast); or both, st-best's loss with pairsieve's product mask. Each measures
-  one part of the gap between st-best's loss and the masked loss. Run on request; a guided
-  step costs about a third more.
+  one part of the gap between st-best's loss and the masked loss. `pairsieve-contrast-guided`
+  lets the guide rule on the contrast candidates alone, leaving the build's vetted negatives
+  to the judgement. Run on request; a guided step costs about a third more.
 * `shards-stock`: the build's shards with the stock loss and random batches: what the shards
   alone buy a team that changes nothing in its trainer, and what separates pairsieve's
   negatives from its batching and mask.
@@ -56,11 +57,13 @@ from pairsieve.training import (
 )
 
 LEARNED = "learned"
-# the masked loss with GISTEmbed's additions: arm -> (guided by the base encoder, contrast)
+# the masked loss with GISTEmbed's additions: arm -> (guided by the base encoder, contrast,
+# the guide ruling on the contrast candidates alone)
 GIST_PARTS = {
-    "pairsieve-guided": (True, False),
-    "pairsieve-contrast": (False, True),
-    "pairsieve-gist": (True, True),
+    "pairsieve-guided": (True, False, False),
+    "pairsieve-contrast": (False, True, False),
+    "pairsieve-gist": (True, True, False),
+    "pairsieve-contrast-guided": (True, True, True),
 }
 UNCACHED = ("pairsieve-queue", *GIST_PARTS)  # no gradient-cached form
 ON_REQUEST = UNCACHED  # not among the default arms
@@ -164,9 +167,9 @@ def _masked(
     if arm in UNCACHED and mini_batch_size is not None:
         raise PairsieveError("bad_option", f"{arm} takes no --mini-batch-size")
     if arm in GIST_PARTS:
-        guided, contrast = GIST_PARTS[arm]
+        guided, contrast, contrast_only = GIST_PARTS[arm]
         return MaskedGISTEmbedLoss(
-            model, guide if guided else None, scale, learned, contrast=contrast
+            model, guide if guided else None, scale, learned, contrast, contrast_only
         )
     if arm == "pairsieve-queue":
         return MaskedQueueRankingLoss(

@@ -18,6 +18,7 @@ ARMS = (
     "pairsieve-guided",
     "pairsieve-contrast",
     "pairsieve-gist",
+    "pairsieve-contrast-guided",
     "shards-stock",
     "oracle",
 )

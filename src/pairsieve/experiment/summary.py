@@ -32,6 +32,8 @@ COMPARISONS = (
     ("pairsieve-contrast", "st-best"),
     ("pairsieve-gist", "pairsieve"),
     ("pairsieve-gist", "st-best"),
+    ("pairsieve-contrast-guided", "pairsieve-contrast"),
+    ("pairsieve-contrast-guided", "st-best"),
     ("shards-stock", "naive"),
     ("pairsieve", "shards-stock"),
     ("st-best", "naive"),

@@ -9,6 +9,8 @@ adds two things to InfoNCE:
 
 `MaskedGISTEmbedLoss` applies the product mask of `MaskedMultipleNegativesRankingLoss` to
 every candidate, and either addition when asked, so each can be measured on pairsieve's shards.
+The guide may also rule on the contrast candidates alone: the documents, mined negatives among
+them, were vetted by the build's judgement, the other anchors and positives never were.
 The guide encodes every batch once more without gradients: a step costs about a third more.
 """
 
@@ -43,11 +45,12 @@ class MaskedGISTEmbedLoss(MaskedMultipleNegativesRankingLoss):
     """`MaskedMultipleNegativesRankingLoss` with GISTEmbed's guide and contrast, each optional.
 
     With a `guide`, every candidate the frozen guide scores above the anchor's positive is
-    masked (GISTEmbed's rule, no margin); the guide must share the model's tokenizer (the base
-    encoder of a fine-tune does), so the batch's tokens serve both. With `contrast`, the other
-    anchors (against the anchor) and the other positives (against the anchor's positive) join
-    the candidates, and both masks apply to them: an anchor's product is its positive's. Needs
-    the shards' `label` column as the masked loss does.
+    masked (GISTEmbed's rule, no margin), or with `guide_contrast_only` only the contrast
+    candidates it so scores; the guide must share the model's tokenizer (the base encoder of a
+    fine-tune does), so the batch's tokens serve both. With `contrast`, the other anchors
+    (against the anchor) and the other positives (against the anchor's positive) join the
+    candidates, and both masks apply to them: an anchor's product is its positive's. Needs the
+    shards' `label` column as the masked loss does.
     """
 
     def __init__(
@@ -57,12 +60,16 @@ class MaskedGISTEmbedLoss(MaskedMultipleNegativesRankingLoss):
         scale: float = 20.0,
         learn_scale: bool = False,
         contrast: bool = True,
+        guide_contrast_only: bool = False,
     ) -> None:
         super().__init__(model, scale=scale, learn_scale=learn_scale)
         if guide is not None and model.tokenizer.get_vocab() != guide.tokenizer.get_vocab():
             raise ValueError("the guide must share the model's tokenizer")
+        if guide_contrast_only and not (contrast and guide is not None):
+            raise ValueError("guiding the contrast candidates alone needs a guide and contrast")
         self.guide = guide
         self.contrast = contrast
+        self.guide_contrast_only = guide_contrast_only
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor) -> Tensor:
         features = list(sentence_features)
@@ -81,6 +88,8 @@ class MaskedGISTEmbedLoss(MaskedMultipleNegativesRankingLoss):
                 guided = embed_columns(self.guide, guide_features)
             guide_sims = torch.cat(self._blocks(guided[0], guided[1:], cos_sim), dim=1)
             also_out = above_the_positive(guide_sims, positive_index)
+            if self.guide_contrast_only:
+                also_out[:, : queries.size(0) * len(docs)] = False  # the documents' columns
         return masked_info_nce(
             logits * self.current_scale(),
             labels[:, 0],
@@ -100,4 +109,5 @@ class MaskedGISTEmbedLoss(MaskedMultipleNegativesRankingLoss):
 
     def get_config_dict(self) -> dict[str, Any]:
         return {**super().get_config_dict(), "guided": self.guide is not None,
-                "contrast": self.contrast}  # fmt: skip
+                "contrast": self.contrast,
+                "guide_contrast_only": self.guide_contrast_only}  # fmt: skip

@@ -72,20 +72,36 @@ def test_a_guide_with_another_tokenizer_is_refused(model):
         MaskedGISTEmbedLoss(model, Other(), scale=SCALE)
 
 
-@pytest.mark.parametrize("guided", [True, False], ids=["guide", "no-guide"])
-def test_contrast_adds_the_other_anchors_and_positives_under_the_masks(model, guided):
+def test_guiding_the_contrast_alone_needs_a_guide_and_contrast(model):
+    with pytest.raises(ValueError, match="contrast"):
+        MaskedGISTEmbedLoss(model, None, SCALE, guide_contrast_only=True)
+    with pytest.raises(ValueError, match="contrast"):
+        MaskedGISTEmbedLoss(model, model, SCALE, contrast=False, guide_contrast_only=True)
+
+
+@pytest.mark.parametrize(
+    "guided, contrast_only",
+    [(True, False), (False, False), (True, True)],
+    ids=["guide", "no-guide", "guide-on-contrast-only"],
+)
+def test_contrast_adds_the_other_anchors_and_positives_under_the_masks(
+    model, guided, contrast_only
+):
     """With `contrast`, row i's softmax also holds the other anchors (against its anchor) and
     the other positives (against its positive); the product mask, and the guide's rule when
-    guided, mask them as they mask the documents. Checked against the loss written out by
-    hand, at a high temperature so that every candidate left in weighs on the loss."""
+    guided, mask them as they mask the documents. A guide on the contrast candidates alone
+    leaves every document to the product mask. Checked against the loss written out by hand,
+    at a high temperature so that every candidate left in weighs on the loss."""
     columns = [
         [*ANCHORS, "canon eos 80d"],
         [*POSITIVES, "Canon EOS 80D Body"],
-        ["Miele washing machine W1", "Bosch KGN34 fridge freezer", "Canon EOS 80D 18-55 kit"],
+        # row 0's negative words its query exactly: the guide scores it above row 0's positive
+        ["bosch kgn34 fridge freezer", "Bosch KGN34 fridge freezer", "Canon EOS 80D 18-55 kit"],
     ]
     labels = [[1, 10], [2, 1], [3, 30]]  # row 1's negative is row 0's product: masked for row 0
     guide = model if guided else None
-    found = _loss(MaskedGISTEmbedLoss(model, guide, WARM, contrast=True), model, columns, labels)
+    loss = MaskedGISTEmbedLoss(model, guide, WARM, contrast=True, guide_contrast_only=contrast_only)
+    found = _loss(loss, model, columns, labels)
 
     with torch.no_grad():
         q, p, n = (model.encode(texts, convert_to_tensor=True) for texts in columns)
@@ -96,10 +112,17 @@ def test_contrast_adds_the_other_anchors_and_positives_under_the_masks(model, gu
                           cos_sim(p[i : i + 1], p)], dim=1)[0]  # fmt: skip
         out = products == labels[i][0]
         if guided:  # the guide is the model itself: its similarities are these
-            out |= sims > sims[i]
+            above = sims > sims[i]
+            if contrast_only:
+                above[:6] = False  # the six documents: three positives, three negatives
+            out |= above
         out[i] = False
         logits = (sims * WARM).masked_fill(out, float("-inf"))
         expected.append(torch.logsumexp(logits, 0) - logits[i])
     assert found == pytest.approx(torch.stack(expected).mean().item(), abs=1e-4)
+    if contrast_only:
+        everywhere = _loss(MaskedGISTEmbedLoss(model, guide, WARM), model, columns, labels)
+        assert found > everywhere  # the documents the guide would have masked stay in
+        return
     plain = _loss(MaskedGISTEmbedLoss(model, guide, WARM, contrast=False), model, columns, labels)
     assert found > plain  # other anchors and positives of other products are more negatives
