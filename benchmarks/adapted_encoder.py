@@ -10,7 +10,7 @@ before any catalog is measured. The clustering then runs with the adapted weight
 thresholds, and is scored as `candidate_recall.py` scores it (`harness.clustering.recall_row`).
 
     cd benchmarks && ../.venv/bin/python adapted_encoder.py --data-root ../../shared/data \
-        [--catalogs abt-buy,altosight] [--steps 60] [--work /tmp/adapted]
+        [--catalogs abt-buy,altosight] [--steps 100] [--work /tmp/adapted]
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-root", type=Path, default=Path("../shared/data"))
     parser.add_argument("--catalogs", default=",".join(BENCHMARKS))
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=100)  # the recipe RESULTS records
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/adapted"))
     args = parser.parse_args()

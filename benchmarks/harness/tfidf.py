@@ -16,7 +16,7 @@ import polars as pl
 from scipy import sparse
 
 from pairsieve import schemas as S
-from pairsieve.text.attributes import normalize, tokens
+from pairsieve.text.attributes import normalize_expr, tokens
 
 ROWS_AT_ONCE = 2048  # titles whose similarities are held at once: a bounded sparse block
 
@@ -72,7 +72,7 @@ def listing_pairs(catalog: pl.DataFrame, k: int, max_df_share: float = 0.01) -> 
     ``listing_b``): one listing stands for each title, the clustering's node of that title."""
     titled = catalog.select(
         pl.col(S.LISTING_ID),
-        pl.col(S.TITLE).map_elements(normalize, return_dtype=pl.String).alias("_norm"),
+        normalize_expr(pl.col(S.TITLE)).alias("_norm"),
     )
     first = titled.group_by("_norm", maintain_order=True).first().sort("_norm")
     pairs = top_k_pairs(first["_norm"].to_list(), k, max_df_share)
