@@ -130,6 +130,14 @@ class KnnConfig(Section):
         None, ge=1, description="IVF lists; None derives 4*sqrt(n) from the index size."
     )
     nprobe: int = Field(16, ge=1, description="IVF lists visited per query.")
+    deep_nprobe: int | None = Field(
+        64,
+        ge=1,
+        description="IVF lists mining's search below the margin visits, for the queries its "
+        "first round left short; a query whose probed lists cannot fill its negatives is "
+        "scanned exactly. None scans every query exactly. Exact indexes (up to `exact_max`) "
+        "always scan exactly.",
+    )
     slice_vectors: int = Field(
         262_144,
         ge=FAISS_BLOCK,

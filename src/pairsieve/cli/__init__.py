@@ -71,10 +71,11 @@ def run_build(
     """Check the environment, run the Prefect `build` flow and print what each stage did."""
     from pairsieve.orchestration import preflight
     from pairsieve.orchestration.flows import build
+    from pairsieve.vectors.embed import exporting_beside
 
     preflight.check(cfg, out, [*clicks, *catalog])
 
-    with terminal.showing_progress(cfg.runner.progress_every_s):
+    with terminal.showing_progress(cfg.runner.progress_every_s), exporting_beside(cfg):
         summary = build(
             clicks=clicks,
             catalog=catalog,

@@ -69,6 +69,7 @@ class SpanResult:
     skipped_above_ceiling: int
     reasons: dict[str, int]
     search_s: float
+    scanned_below: int  # queries the search below the margin scanned exactly
     seconds: float
 
 
@@ -91,6 +92,7 @@ def mine_partition(plan: str, span: Span, cfg: PairsieveConfig) -> SpanResult:
         mined.skipped_above_ceiling,
         mined.reasons,
         retrieval.info["search_s"],
+        retrieval.info.get("scanned_below", 0),
         time.perf_counter() - started,
     )
 
@@ -121,8 +123,8 @@ def mine_mapped(
 ) -> tuple[Mined, dict[str, Any]]:
     """Mine every query of ``retrieval`` on ``mapper``, through a plan in its folder's `PLAN`
     (the folder exists, and the caller removes it; the index may already be in the plan); and
-    the map's figures: partitions, their summed search and filter seconds, and the wall
-    seconds."""
+    the map's figures: partitions, their summed search and filter seconds, the queries scanned
+    exactly below the margin, and the wall seconds."""
     started = time.perf_counter()
     plan = Plan(retrieval, positives, products).write(mapper.folder / PLAN)
     spans = parts.spans(len(retrieval.queries), cfg.runner.mine_partition_queries)
@@ -131,6 +133,7 @@ def mine_mapped(
         "partitions": len(spans),
         "search_s": sum(r.search_s for r in results),
         "filter_s": sum(r.seconds - r.search_s for r in results),
+        "scanned_below": sum(r.scanned_below for r in results),
         "wall_s": time.perf_counter() - started,
     }
     return gather(results), figures

@@ -20,7 +20,7 @@ from pairsieve.core.plans import Plan
 from pairsieve.mine.filters import (
     with_ranks,
 )
-from pairsieve.vectors import index_slices, knn
+from pairsieve.vectors import index_slices, knn, probe_below
 from pairsieve.vectors.embed import Encoder, embed_texts
 from pairsieve.vectors.embedding_cache import EmbeddingCache
 from pairsieve.vectors.threads import fixed_threads
@@ -96,6 +96,7 @@ class Retrieval(Plan):
     query_vectors: np.ndarray
     listing_vectors: np.ndarray | knn.VectorFile
     info: dict[str, Any]
+    deep_nprobe: int | None = None  # IVF lists the scan below the margin probes; None: exact
 
     def candidates(self, rows: np.ndarray, depth: int) -> pl.DataFrame:
         """(query, negative_listing_id, score, rank) for the top ``depth`` listings of the
@@ -111,14 +112,25 @@ class Retrieval(Plan):
         self, rows: np.ndarray, ceilings: np.ndarray, head: int, depth: int, max_rank: int
     ) -> tuple[pl.DataFrame, np.ndarray]:
         """The top ``head`` listings of each query plus its top ``depth`` scoring at or below
-        its ceiling, ranked in the full ranking and cut at ``max_rank``, from an exact scan
-        (`knn.scan_below`); and per query the number of listings above its ceiling."""
+        its ceiling, ranked in the full ranking and cut at ``max_rank``, and per query the
+        number of listings above its ceiling: from the IVF index probing ``deep_nprobe`` lists
+        (`probe_below`, exact for the queries its guard finds unfilled), or an exact scan
+        (`knn.scan_below`)."""
         started = time.perf_counter()
+        queries = self.query_vectors[rows]
         with fixed_threads():
-            row, ids, scores, ranks, above = knn.scan_below(
-                self.listing_vectors, self.query_vectors[rows], ceilings, head, depth
-            )
+            if self.deep_nprobe is None:
+                row, ids, scores, ranks, above = knn.scan_below(
+                    self.listing_vectors, queries, ceilings, head, depth
+                )
+                scanned = len(rows)
+            else:
+                row, ids, scores, ranks, above, scanned = probe_below.probe_below(
+                    self.index, self.deep_nprobe, self.listing_vectors, queries, ceilings,
+                    head, depth, max_rank,
+                )  # fmt: skip
         self.info["search_s"] += time.perf_counter() - started
+        self.info["scanned_below"] = self.info.get("scanned_below", 0) + scanned
         table = pl.DataFrame(
             {
                 S.QUERY: pl.Series([self.queries[i] for i in rows], dtype=pl.String).gather(row),
@@ -158,6 +170,7 @@ def build_retrieval(
         embedded.query_vectors,
         embedded.listing_vectors,
         info,
+        cfg.knn.deep_nprobe if index.centroids is not None else None,
     )
 
 

@@ -218,6 +218,7 @@ def _mine_rows(
         "partitions": mapped["partitions"],
         "skipped_above_ceiling": mined.skipped_above_ceiling,
         "retrieval_rounds": mined.rounds,
+        "queries_scanned_below": mapped["scanned_below"],
         **{k: retrieval.info[k] for k in ("index", "index_slices", "ivf_centroids")},
         "embedding": {k: v for k, v in embed_stats.items() if k != "embed_s"},
     }

@@ -12,13 +12,15 @@ their speed and quality are in benchmarks/RESULTS.md.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
 import os
 import shutil
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -123,8 +125,7 @@ def load_encoder(cfg: EmbedConfig, cache_dir: str | Path | None = None) -> Encod
         from pairsieve.vectors.onnx import OnnxEncoder, ensure_onnx_model
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        root = Path(cache_dir or PairsieveConfig.model_fields["cache_dir"].default).expanduser()
-        onnx_file = ensure_onnx_model(path, root / "onnx", cfg.backend)
+        onnx_file = ensure_onnx_model(path, _export_root(cache_dir), cfg.backend)
         return OnnxEncoder(onnx_file, path, cfg, _model_key(path, cfg))
     except (OSError, ValueError, RuntimeError) as exc:
         if environment_error(exc) is not None:
@@ -136,6 +137,39 @@ def load_encoder(cfg: EmbedConfig, cache_dir: str | Path | None = None) -> Encod
             file=path,
             knob="embed.model_path",
         ) from exc
+
+
+@contextlib.contextmanager
+def exporting_beside(cfg: PairsieveConfig) -> Iterator[None]:
+    """While the block runs, a thread of its own makes the ONNX export the embedding stage
+    will load, if it is missing: a build's first seconds (Prefect's start, ingest) then overlap
+    the one-time export (~10 s) instead of preceding it. `ensure_onnx_model` makes the stage
+    wait for a thread still exporting. A failure here is left to the stage, which exports again
+    and says what went wrong. The block's end waits for the thread."""
+    worker = None
+    if cfg.embed.backend != "torch":
+        worker = threading.Thread(target=_export_quietly, args=(cfg,), daemon=True)
+        worker.start()
+    try:
+        yield
+    finally:
+        if worker is not None:
+            worker.join()
+
+
+def _export_quietly(cfg: PairsieveConfig) -> None:
+    from pairsieve.vectors.onnx import ensure_onnx_model
+
+    try:
+        ensure_onnx_model(model_folder(cfg.embed), _export_root(cfg.cache_dir), cfg.embed.backend)
+    except Exception:  # noqa: BLE001 - the embedding stage exports again and reports
+        log.debug("the ONNX export beside the build failed; the stage retries", exc_info=True)
+
+
+def _export_root(cache_dir: str | Path | None) -> Path:
+    """Where ONNX exports live: ``<cache_dir>/onnx/``."""
+    default = PairsieveConfig.model_fields["cache_dir"].default
+    return Path(cache_dir or default).expanduser() / "onnx"
 
 
 @dataclass(frozen=True)

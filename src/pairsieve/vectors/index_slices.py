@@ -2,7 +2,7 @@
 
 A task that searches the whole catalog's index holds one slice of it, not the catalog, so its
 memory stays flat as the catalog grows; the slices can live in files (a plan folder that every
-worker reads) and are then read when searched and released after. Each query's top-k over all
+worker reads) and are then mapped when searched and released after. Each query's top-k over all
 slices is the merge of its top-k in each slice.
 
 The merge gives the one index's answer, not an approximation of it: the IVF slices share one
@@ -42,13 +42,15 @@ class SlicedIndex:
     centroids: np.ndarray | None = None  # the shared coarse quantizer (IVF only)
     lists: np.ndarray | None = field(default=None, repr=False)  # (n,) each vector's IVF list
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def search(
+        self, queries: np.ndarray, k: int, nprobe: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` over all slices, as `knn.search`: (scores, ids), best first, ties to the
-        smaller id, ids -1 where fewer exist."""
+        smaller id, ids -1 where fewer exist; IVF slices probe ``nprobe`` lists when given."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         k = min(k, self.ntotal)
         found = [
-            _offset(knn.search(_load(slice), queries, k), start)
+            _offset(knn.search(_load(slice), queries, k, nprobe), start)
             for slice, start in zip(self.slices, self.starts, strict=True)
         ]
         if len(found) == 1:
@@ -99,7 +101,11 @@ class SlicedIndex:
 
 
 def _load(slice: Any) -> Any:
-    return faiss.read_index(str(slice)) if isinstance(slice, str | Path) else slice
+    """A slice in memory, or its file mapped: a search reads the pages of the lists it probes,
+    where reading the file whole took ~0.6 s for a slice of 200k vectors, every search."""
+    if isinstance(slice, str | Path):
+        return faiss.read_index(str(slice), faiss.IO_FLAG_MMAP)
+    return slice
 
 
 def _offset(found: tuple[np.ndarray, np.ndarray], start: int) -> tuple[np.ndarray, np.ndarray]:

@@ -205,8 +205,11 @@ def pair_scores(left: np.ndarray, a: np.ndarray, right: np.ndarray, b: np.ndarra
     return out
 
 
-def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def search(
+    index: faiss.Index, queries: np.ndarray, k: int, nprobe: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` neighbours: (scores (m, k) float32, ids (m, k) int64; -1 where fewer exist).
+    An IVF index probes ``nprobe`` lists when given (its own setting otherwise).
 
     Ties are broken by id so results do not depend on faiss' internal order.
     """
@@ -214,9 +217,31 @@ def search(index: faiss.Index, queries: np.ndarray, k: int) -> tuple[np.ndarray,
     k = min(k, index.ntotal)
     if k == 0 or len(queries) == 0:
         return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
-    scores, ids = index.search(queries, k)
+    if nprobe is not None and isinstance(index, faiss.IndexIVF):
+        scores, ids = index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
+    else:
+        scores, ids = index.search(queries, k)
+    if (np.diff(scores, axis=1) <= 0).all():  # faiss ranks best first: only ties to order
+        _ties_by_id(scores, ids)
+        return scores, ids
     order = np.lexsort((ids, -scores), axis=1)
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+@njit(cache=True, parallel=True)
+def _ties_by_id(scores: np.ndarray, ids: np.ndarray) -> None:
+    """Within each run of equal scores of each row (scores non-increasing), ids ascending:
+    a linear pass where a full sort of a (256, 10,000) ranking took a second."""
+    for r in prange(scores.shape[0]):
+        row, found = scores[r], ids[r]
+        start = 0
+        while start < row.size:
+            end = start + 1
+            while end < row.size and row[end] == row[start]:
+                end += 1
+            if end - start > 1:
+                found[start:end] = np.sort(found[start:end])
+            start = end
 
 
 @njit(cache=True, inline="always")

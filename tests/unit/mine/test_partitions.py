@@ -110,12 +110,18 @@ def _catalog_inputs() -> mine.Inputs:
     return mine.Inputs(clicks, listings, products)
 
 
+@pytest.mark.parametrize("index", ["exact", "ivf"])
 def test_the_stage_mapped_on_single_thread_processes_writes_the_same_bytes(
-    tmp_path, monkeypatch, session_cache_dir, encoder
+    tmp_path, monkeypatch, session_cache_dir, encoder, index
 ):
     inputs = _catalog_inputs()
-    cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(**{"mine.num_negatives": 3})
+    knobs = {"mine.num_negatives": 3, "mine.search_depth": 4}
+    if index == "ivf":  # the first round and the search below the margin on the IVF index
+        knobs |= {"knn.exact_max": 1, "knn.nlist": 4, "knn.deep_nprobe": 2}
+    cfg = PairsieveConfig(cache_dir=str(session_cache_dir)).with_(**knobs)
     here = mine.run(cfg, inputs, tmp_path / "here", encoder=encoder)
+    assert len(here.details["retrieval_rounds"]) > 1  # queries were mined below the margin
+    assert here.details["index"] == {"exact": "IndexFlatIP", "ivf": "IndexIVFFlat"}[index]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     mapped = mine.run(cfg, inputs, tmp_path / "mapped", encoder=encoder, map_spans=in_processes)

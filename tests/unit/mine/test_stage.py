@@ -468,6 +468,24 @@ def test_queries_mined_in_batches_give_the_rows_of_one_batch(monkeypatch, tmp_pa
     assert spilled.kept.equals(whole.kept) and spilled.reasons == whole.reasons
 
 
+def test_below_the_margin_the_ivf_index_probed_whole_finds_the_exact_scans_rows():
+    ivf = {"knn.exact_max": 1, "knn.nlist": 2}
+    exact, positives, cfg = deepening_case(**ivf, **{"knn.deep_nprobe": None})
+    probing = deepening_case(**ivf, **{"knn.deep_nprobe": 2})[0]
+    assert exact.index.kind == probing.index.kind == "IndexIVFFlat"
+    assert (exact.deep_nprobe, probing.deep_nprobe) == (None, 2)
+    products = frames({}, {})[2]
+    scanned = deepen.mine_pairs(exact, positives, products, cfg.mine, cfg.seed)
+    probed = deepen.mine_pairs(probing, positives, products, cfg.mine, cfg.seed)
+    assert probed.rounds == scanned.rounds and len(scanned.rounds) == 2
+    for frame in ("kept", "dropped"):
+        left, right = getattr(probed, frame), getattr(scanned, frame)
+        assert left.drop(S.SCORE).equals(right.drop(S.SCORE))
+        assert np.allclose(left[S.SCORE], right[S.SCORE], atol=1e-6)
+    assert probed.skipped_above_ceiling == scanned.skipped_above_ceiling == 2
+    assert (exact.info["scanned_below"], probing.info["scanned_below"]) == (1, 0)
+
+
 def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
     retrieval, positives, cfg = deepening_case(**{"mine.range_max": 3})
     mined = deepen.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)

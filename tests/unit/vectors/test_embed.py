@@ -68,12 +68,25 @@ def torch_encoder():
 
 @pytest.fixture(scope="session")
 def onnx_cache_root(tmp_path_factory) -> Path:
-    """A cache root holding all three ONNX exports of the bundled model (exported once)."""
-    from pairsieve.vectors.onnx import ensure_onnx_model
+    """A cache root holding all three ONNX exports of the bundled model (exported once, on the
+    thread a build exports on while Prefect starts)."""
+    from pairsieve.vectors.embed import exporting_beside
 
     root = tmp_path_factory.mktemp("onnx-cache")
-    ensure_onnx_model(bundled_model_path(), root / "onnx", "onnx-int8")
+    with exporting_beside(PairsieveConfig(cache_dir=str(root))):
+        pass  # the block's end waits for the export
     return root
+
+
+def test_the_export_made_beside_a_build_is_the_file_the_stage_loads(onnx_cache_root):
+    from pairsieve.vectors.onnx import ensure_onnx_model
+
+    folder = onnx_cache_root / "onnx" / model_fingerprint(bundled_model_path())
+    made = {path.name: path.stat().st_mtime_ns for path in folder.glob("*.onnx")}
+    assert set(made) == {"model.onnx", "model_optimized.onnx", "model_int8.onnx"}
+    loaded = ensure_onnx_model(bundled_model_path(), onnx_cache_root / "onnx", "onnx-int8")
+    assert loaded == folder / "model_int8.onnx"
+    assert {path.name: path.stat().st_mtime_ns for path in folder.glob("*.onnx")} == made
 
 
 def test_cache_counts_hits_and_misses(encoder, tmp_path):
@@ -364,3 +377,17 @@ def test_a_model_folder_that_does_not_load_is_one_error_and_leaves_no_lock(tmp_p
     assert (found.value.code, found.value.file) == ("bad_model", str(broken))
     assert found.value.knob == "embed.model_path"
     assert not list(tmp_path.rglob(".export.lock"))
+
+
+def test_an_export_beside_the_build_that_fails_leaves_the_error_to_the_stage(tmp_path):
+    from pairsieve.vectors.embed import exporting_beside
+
+    broken = tmp_path / "half-copied"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "bert"}')
+    cfg = PairsieveConfig(cache_dir=str(tmp_path / "cache")).with_(
+        **{"embed.model_path": str(broken)}
+    )
+    with exporting_beside(cfg):
+        pass  # no error escapes the thread
+    assert not list(tmp_path.rglob(".export.lock")) and not list(tmp_path.rglob("*.onnx"))

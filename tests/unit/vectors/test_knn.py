@@ -38,6 +38,18 @@ def test_ties_are_ordered_by_id_whatever_the_insert_order():
     assert np.ptp(scores) < 1e-6
 
 
+def test_ties_in_a_ranking_ordered_in_place_as_a_full_sort_orders_them():
+    rng = np.random.default_rng(4)
+    scores = -np.sort(-rng.integers(0, 5, size=(30, 200)).astype(np.float32), axis=1)
+    scores[:, 150:] = -np.inf  # padding, as faiss returns past the last vector found
+    ids = rng.permutation(30 * 200).reshape(30, 200).astype(np.int64)
+    ids[:, 150:] = -1
+    order = np.lexsort((ids, -scores), axis=1)
+    expected = np.take_along_axis(ids, order, 1)
+    knn._ties_by_id(scores, ids)
+    assert np.array_equal(ids, expected)
+
+
 def test_k_larger_than_index_and_empty_queries():
     vectors = unit_vectors(3)
     scores, ids = build_index(vectors, KnnConfig()).search(vectors[:2], k=10)
