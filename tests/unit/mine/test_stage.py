@@ -13,7 +13,7 @@ from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.core.contract import StageResult
 from pairsieve.core.facts import MineFacts
 from pairsieve.errors import PairsieveError
-from pairsieve.mine import deepen, retrieval
+from pairsieve.mine import deepen, kept_judgement, retrieval
 from pairsieve.mine import evaluate as mine_eval
 from pairsieve.mine import filters as mine_filter
 from pairsieve.mine import stage as mine
@@ -577,9 +577,10 @@ def test_run_is_byte_identical_whatever_the_click_order(tiny, encoder):
         assert (folder / "a" / name).read_bytes() == (folder / "b" / name).read_bytes()
 
 
-def test_run_writes_the_judgement_of_the_kept_negatives_it_made(tiny, encoder):
+def test_run_writes_the_judgement_of_the_kept_negatives_it_made(tiny, encoder, monkeypatch):
     """The file the report reads: the kept negatives the judgement decided, in their order, with
-    the p_copy the stage's filter gives them at the density the stage used."""
+    the p_copy the stage's filter gives them at the density the stage used, the same judged
+    all at once or a query at a time."""
     cfg, folder = tiny
     cfg = cfg.with_(**{"mine.relative_margin": 0.3, "mine.copy_density": 0.005})  # judge many
     names = ("clicks", "listings", "products")
@@ -613,6 +614,13 @@ def test_run_writes_the_judgement_of_the_kept_negatives_it_made(tiny, encoder):
     )
     assert "judgement" not in without.outputs
     assert not (folder / "plain" / S.NEGATIVES_JUDGEMENT_FILE).exists()
+    monkeypatch.setattr(kept_judgement, "_QUERIES_AT_ONCE", 1)
+    assert kept["query"].n_unique() > 1
+    one_by_one = kept_judgement.kept_judgement(
+        folder / "mine" / S.NEGATIVES_FILE, folder / "mine" / S.NEGATIVES_DROPPED_FILE,
+        products, cfg.mine,
+    )  # fmt: skip
+    assert one_by_one.equals(judged)
 
 
 def test_run_rejects_bad_inputs(tiny, encoder):
