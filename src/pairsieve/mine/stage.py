@@ -186,10 +186,11 @@ def _mine_rows(
     spill = mapper.folder
     pairs, listings, products = read.pairs, read.listings, read.products
     none = pl.Series(S.QUERY, [], dtype=pl.String)
-    plan, state = ReusePlan(none, none), None
+    plan, state = ReusePlan(none, none, none), None
     if previous is not None:
         state, build_number = previous
         plan = state.plan(pairs, listings, products, (build_number, cfg.mine.refresh_builds))
+        state = state.forgetting(plan.gone)
     fresh = pairs.filter(~pl.col(S.QUERY).is_in(plan.reused.implode()))
     cache = shared_cache(cfg.cache_dir, encoder.model_key)
     embedded = embed_inputs(fresh[S.QUERY].to_list(), listings, encoder, cache)

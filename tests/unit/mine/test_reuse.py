@@ -84,6 +84,24 @@ def test_regrouped_queries_are_refiltered_and_retitled_or_removed_listings_send_
     assert _reused(state, pairs, added, products) == ["q1", "q2"]
 
 
+def test_a_dropped_candidate_retitled_or_removed_is_forgotten_not_mined_again():
+    """q1 only retrieved and dropped l4: no kept row rests on it, so q1 keeps its rows, less
+    l4's, and is refiltered without it when it gains a click."""
+    state, pairs, listings, products = _state()
+    for changed in (
+        listings.with_columns(pl.col(S.TITLE).replace({"t4": "t4b"})),
+        listings.filter(pl.col(S.LISTING_ID) != "l4"),
+    ):
+        plan = state.plan(pairs, changed, products, (1, _EVERY))
+        assert plan.reused.to_list() == ["q1", "q2"] and plan.gone.to_list() == ["l4"]
+        kept, dropped = state.forgetting(plan.gone).rows_of(pl.Series(S.QUERY, ["q1"]))
+        assert kept.equals(state.rows_of(pl.Series(S.QUERY, ["q1"]))[0]) and dropped.is_empty()
+        gained = pl.concat([pairs, pl.DataFrame({S.QUERY: ["q1"], S.LISTING_ID: ["l5"]})])
+        assert _refiltered(state, gained, changed, products) == ["q1"]
+        forgotten = state.forgetting(plan.gone).candidates_of(pl.Series(S.QUERY, ["q1"]))
+        assert forgotten[S.NEGATIVE_LISTING_ID].to_list() == ["l2", "l3"]
+
+
 def test_new_clicks_and_the_refresh_slot_send_queries_back_to_mining():
     state, pairs, listings, products = _state()
     clicked = pl.concat([pairs, pl.DataFrame({S.QUERY: ["q2"], S.LISTING_ID: ["l2"]})])
