@@ -98,6 +98,11 @@ def knn_pairs(
     spans = parts.spans(len(rows), KNN_QUERIES)
     folder = mapper.folder / "neighbours-plan"
     index = index_slices.build(vectors, knn_settings(cfg), cfg.seed, layout, keys, folder / "index")
+    if index.lists is not None:
+        # A title's nearest list is its own: taken list by list, a span probes a run of
+        # neighbouring lists while they sit in cache (`knn.search`), and each title's
+        # neighbours are the same whatever span searches it.
+        rows = rows[np.argsort(index.lists[rows], kind="stable")]
     NeighbourPlan(index, vectors, rows).write(folder)
     files = mapper.run(neighbour_span, folder, spans, cfg, STEP)
     found = [minhash.pair_codes(np.load(path)) for path in files]

@@ -69,7 +69,7 @@ def test_single_thread_workers_find_the_same_pairs_as_this_process(tmp_path):
     assert np.array_equal(here, there)
 
 
-def test_the_search_is_ivf_above_its_own_limit_and_finds_the_close_pairs(tmp_path):
+def test_the_search_is_ivf_above_its_own_limit_and_finds_the_close_pairs(tmp_path, monkeypatch):
     """The neighbour search has its own exact limit (`cluster.knn_exact_max`), below mining's
     (`knn.exact_max`): above it the index is IVF, and the close neighbours it is asked for are
     still found."""
@@ -77,8 +77,15 @@ def test_the_search_is_ivf_above_its_own_limit_and_finds_the_close_pairs(tmp_pat
     cfg = CFG.with_(**{"cluster.knn_exact_max": 1_000, "knn.nprobe": 8})
     assert cfg.knn.exact_max > len(vectors)  # mining would still search exactly
     assert neighbours.knn_settings(cfg).exact_max == 1_000
+    monkeypatch.setattr(neighbours, "KNN_QUERIES", 256)  # 8 spans
     found, index = neighbours.knn_pairs(cfg, vectors, Mapper.local(tmp_path / "ivf"))
     assert index.kind == "IndexIVFFlat"
     exact = brute_force_pairs(vectors, 5, 0.5)
     recalled = np.isin(minhash.pair_codes(exact), minhash.pair_codes(found)).mean()
     assert recalled >= 0.999  # one probe finds 0.998
+    # The titles are searched list by list, in spans: the pairs of one search in title order.
+    scores, ids = index.search(vectors, 6)
+    source = np.repeat(np.arange(len(vectors)), 6)
+    keep = scores.ravel() >= 0.5
+    pairs = np.sort(np.stack([source[keep], ids.ravel()[keep]], axis=1), axis=1)
+    assert np.array_equal(found, np.unique(pairs[pairs[:, 0] != pairs[:, 1]], axis=0))
