@@ -273,8 +273,11 @@ def test_day_two_builds_its_ivf_indexes_on_day_ones_layout(
     cfg = _cfg(session_cache_dir, **{"knn.exact_max": 16, "cluster.knn_exact_max": 16})  # IVF
     day1 = _run_steps(cfg, data, tmp_path / "b1")["results"]
     day2 = _run_steps(cfg, data, tmp_path / "b2", previous=tmp_path / "b1")["results"]
+    # Day 1's mining builds on the cluster stage's layout, over the same titles.
+    assert [day1[p].details["ivf_centroids"] for p in (1, 2)] == ["trained", "reused"]
+    centroids = [tmp_path / "b1" / stage / knn.CENTROIDS_FILE for stage in ("cluster", "mine")]
+    assert io.sha256_file(centroids[0]) == io.sha256_file(centroids[1])
     for position, stage in ((1, "cluster"), (2, "mine")):
-        assert day1[position].details["ivf_centroids"] == "trained"
         assert day2[position].details["ivf_centroids"] == "reused"
         for name in (knn.CENTROIDS_FILE, knn.LISTS_FILE):  # every title kept its list
             first, second = (tmp_path / b / stage / name for b in ("b1", "b2"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -12,12 +13,14 @@ from pairsieve import schemas as S
 from pairsieve.config import MineConfig, PairsieveConfig
 from pairsieve.core.contract import StageResult
 from pairsieve.core.facts import MineFacts
+from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import deepen, kept_judgement, retrieval
 from pairsieve.mine import evaluate as mine_eval
 from pairsieve.mine import filters as mine_filter
 from pairsieve.mine import stage as mine
 from pairsieve.text import attributes as text
+from pairsieve.vectors import knn
 
 NO_MARGIN = {"relative_margin": None, "absolute_margin": None}
 
@@ -562,6 +565,29 @@ def test_run_with_the_real_model_never_returns_a_copy_of_the_positive(tiny, enco
     assert sum(result.dropped_by_reason.values()) == dropped.height
     # the batches' spilled dropped rows are gone once their file is written
     assert sorted(p.name for p in (folder / "mine").iterdir() if p.is_dir()) == []
+
+
+def test_run_builds_its_ivf_index_on_the_cluster_stages_layout_when_given_one(tiny, encoder):
+    """Mining's IVF index takes the coarse lists of the layout it is given (the cluster
+    stage's, over the same titles) instead of training its own, and writes them on."""
+    cfg, folder = tiny
+    cfg = cfg.with_(**{"knn.exact_max": 1, "knn.nlist": 2})
+    names = ("clicks", "listings", "products")
+    inputs = mine.Inputs(*(folder / f"{name}.parquet" for name in names))
+    trained = mine.run(cfg, inputs, folder / "trained", encoder=encoder)
+    assert trained.details["ivf_centroids"] == "trained"
+    titles = pl.read_parquet(folder / "listings.parquet")[S.TITLE].to_list()
+    centroids = encoder.encode([titles[0], titles[-1]])  # not what training finds
+    given = knn.IvfLayout(centroids, np.empty(0, np.uint64), np.empty(0, np.int64))
+    given.write(folder / "cluster")
+    built = mine.run(
+        cfg, replace(inputs, ivf=folder / "cluster"), folder / "built", encoder=encoder
+    )
+    assert built.details["ivf_centroids"] == "reused"
+    written = knn.IvfLayout.read(folder / "built")
+    assert np.array_equal(written.centroids, centroids) and len(written.lists) == len(titles)
+    assert not np.array_equal(knn.IvfLayout.read(folder / "trained").centroids, centroids)
+    assert mine.Inputs.of(RunLayout(folder)).ivf == folder / "cluster"
 
 
 def test_run_is_byte_identical_whatever_the_click_order(tiny, encoder):
