@@ -61,8 +61,10 @@ class SlicedIndex:
             return found[0]
         scores = np.concatenate([s for s, _ in found], axis=1)
         ids = np.concatenate([i for _, i in found], axis=1)
-        order = np.lexsort((np.where(ids < 0, np.iinfo(np.int64).max, ids), -scores), axis=1)
-        order = order[:, :k]
+        # Each slice's ranking is ordered by (score, id) and holds larger ids than the one
+        # before, its missing ranks (-1) last: a stable sort by score alone gives the (score,
+        # id) order, in a ninth of the time of sorting by both (a mined query's 4 x 10,000).
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
         return np.take_along_axis(scores, order, 1), np.take_along_axis(ids, order, 1)
 
     def layout(self, keys: np.ndarray) -> knn.IvfLayout | None:

@@ -31,6 +31,11 @@ def test_slices_answer_with_the_bytes_of_one_index(exact_max):
     assert many.starts == [0, FAISS_BLOCK, 2 * FAISS_BLOCK] and many.ntotal == N
     for a, b in zip(one.search(queries, 12), many.search(queries, 12), strict=True):
         assert a.tobytes() == b.tobytes()
+    # Deep enough that a slice's probed lists run out: its missing ranks (-1) end the merge.
+    deep = [index.search(queries[:50], N // 2) for index in (one, many)]
+    for a, b in zip(*deep, strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert exact_max == N or (deep[1][1] == -1).any()
     scores, ids = many.search(vectors[3:4], 2)
     assert ids[0].tolist() == [3, FAISS_BLOCK + 7] and scores[0, 0] == scores[0, 1]
     if exact_max < N:  # IVF: one quantizer, and each vector's list, for the next build
