@@ -100,19 +100,12 @@ def mine_span(
     give the rows of one span over them all. With ``spill`` (an existing folder), each batch's
     dropped rows are written there (named by the batch's first row) and released, and
     ``dropped`` scans the part files in batch order.
-
-    On an IVF index the first round searches the whole span at once: its queries come list by
-    list (`knn.search`), and a span holds four times a batch's queries per list. Each query's
-    top listings are the same either way.
     """
     edges = batch_edges(span)
-    heads = None
-    if mining.retrieval.index.kind == "IndexIVFFlat":
-        heads = mining.retrieval.candidates(np.arange(*span), _head(mining.retrieval, cfg))
     batches = []
     for start, end in zip(edges[:-1], edges[1:], strict=True):
         rows = np.arange(start, end)
-        batch = _mine_batch(mining, rows, cfg, seed, heads)
+        batch = _mine_batch(mining, rows, cfg, seed)
         if spill is not None:
             part = io.write_parquet(batch.dropped, dropped_part(spill, start))
             batch = replace(batch, dropped=pl.scan_parquet(part))
@@ -160,24 +153,12 @@ def combine(parts: list[Mined]) -> Mined:
     )
 
 
-def _head(retrieval: Retrieval, cfg: MineConfig) -> int:
-    """The first round's depth: `mine.search_depth`, within `mine.range_max` and the catalog."""
-    return min(cfg.search_depth, cfg.range_max, len(retrieval.listing_ids))
-
-
-def _mine_batch(
-    mining: Mining, rows: np.ndarray, cfg: MineConfig, seed: int, heads: pl.DataFrame | None
-) -> Mined:
-    """`mine_pairs` for the queries at ``rows`` (indices into ``mining.retrieval.queries``),
-    from their first round's candidates in ``heads`` when the span searched it already."""
+def _mine_batch(mining: Mining, rows: np.ndarray, cfg: MineConfig, seed: int) -> Mined:
+    """`mine_pairs` for the queries at ``rows`` (indices into ``mining.retrieval.queries``)."""
     retrieval, positives, products = mining.retrieval, mining.positives, mining.products
     deepest = min(cfg.range_max, len(retrieval.listing_ids))
-    head = depth = _head(retrieval, cfg)
-    if heads is None:
-        candidates = retrieval.candidates(rows, head)
-    else:
-        ours = pl.Series([retrieval.queries[i] for i in rows], dtype=pl.String).implode()
-        candidates = heads.filter(pl.col(S.QUERY).is_in(ours))
+    head = depth = min(cfg.search_depth, deepest)
+    candidates = retrieval.candidates(rows, head)
     above = np.zeros(rows.size, np.int64)
     parts: list[tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]] = []
     rounds, skipped = [], []

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 from numba import njit, prange
 
-from pairsieve.config import FAISS_BLOCK, KnnConfig
+from pairsieve.config import KnnConfig
 from pairsieve.core import io
 
 CENTROIDS_FILE = "ivf_centroids.parquet"  # a stage's IVF centroids, for the next build
@@ -238,15 +238,8 @@ def coarse_probes(
     quantizer: faiss.Index, queries: np.ndarray, nprobe: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(scores, lists) (m, nprobe) of the IVF lists each query probes, best first: what faiss's
-    IVF search computes first, once for every slice that shares the quantizer. Scored in
-    blocks of faiss's 4,096 queries from the first, so a run of queries searched at once gets
-    the probes it gets in batches of 4,096 (mining's first round, `mine.deepen`)."""
-    nprobe = min(nprobe, quantizer.ntotal)
-    blocks = [
-        quantizer.search(queries[start : start + FAISS_BLOCK], nprobe)
-        for start in range(0, len(queries), FAISS_BLOCK)
-    ]
-    return tuple(np.concatenate(column) for column in zip(*blocks, strict=True))
+    IVF search computes first, once for every slice that shares the quantizer."""
+    return quantizer.search(queries, min(nprobe, quantizer.ntotal))
 
 
 def _search_list_by_list(
