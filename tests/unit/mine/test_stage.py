@@ -489,29 +489,6 @@ def test_below_the_margin_the_ivf_index_probed_whole_finds_the_exact_scans_rows(
     assert (exact.info["scanned_below"], probing.info["scanned_below"]) == (1, 0)
 
 
-def test_on_an_ivf_index_a_span_searches_its_first_round_at_once_and_mines_as_batches_do(
-    monkeypatch,
-):
-    retrieval, positives, cfg = deepening_case(**{"knn.exact_max": 1, "knn.nlist": 2})
-    mining = deepen.Mining(retrieval, positives, frames({}, {})[2])
-    monkeypatch.setattr(deepen, "_QUERY_BATCH", 1)  # a batch a query
-    searched, search = [], type(retrieval).candidates
-
-    def counted(self, rows, depth):
-        searched.append(list(rows))
-        return search(self, rows, depth)
-
-    monkeypatch.setattr(type(retrieval), "candidates", counted)
-    span = deepen.mine_span(mining, (0, 2), cfg.mine, cfg.seed)
-    assert searched == [[0, 1]]  # one first round for both batches
-    batches = [deepen._mine_batch(mining, np.array([i]), cfg.mine, cfg.seed, None) for i in (0, 1)]
-    alone = deepen.combine(batches)
-    assert searched == [[0, 1], [0], [1]]
-    for frame in ("counts", "kept", "dropped"):
-        assert getattr(span, frame).equals(getattr(alone, frame))
-    assert span.rounds == alone.rounds and span.skipped_above_ceiling == 2
-
-
 def test_deepening_stops_at_range_max_and_keeps_short_pairs_short():
     retrieval, positives, cfg = deepening_case(**{"mine.range_max": 3})
     mined = deepen.mine_pairs(retrieval, positives, frames({}, {})[2], cfg.mine, cfg.seed)
