@@ -116,21 +116,14 @@ class PreviousMining:
         """
         build_number, every = refresh
         today = titles_and_products(listings, products)
-        # Queries that saw a listing now gone, found frame by frame: the dropped rows run to tens
-        # of millions, so they are filtered, never copied.
-        gone = self.listings.join(today, on=[_ID, S.TITLE], how="anti")[_ID]
-        lost = pl.concat(
-            [
-                frame.filter(pl.col(column).is_in(gone.implode()))[S.QUERY]
-                for frame, column in ((self.kept, S.NEGATIVE_LISTING_ID), (self.pairs, _ID))
-            ]
-        )
         deciding = pl.concat(  # the listings the kept rows rest on: positives, kept negatives
             [
                 self.kept.select(S.QUERY, pl.col(S.NEGATIVE_LISTING_ID).alias(_ID)),
                 self.pairs.select(S.QUERY, _ID),
             ]
         )
+        gone = self.listings.join(today, on=[_ID, S.TITLE], how="anti")[_ID]
+        lost = deciding.filter(pl.col(_ID).is_in(gone.implode()))[S.QUERY]
         regrouped = _regrouped_queries(deciding, self.listings, today)
         same_clicks = _clicked_sets(pairs).join(_clicked_sets(self.pairs), on=[S.QUERY, "_set"])
         changed = pl.concat([lost, regrouped]).implode()  # rows no longer right
