@@ -1,11 +1,13 @@
 """What judging the candidates inside the margin costs mining's filter, against the plain margin,
-in one process on a real build's candidates (`benchmarks/experiment.py`'s work folder).
+with and without the query's own ruling (`mine.query_must_rule_out`), in one process on a real
+build's candidates (`benchmarks/experiment.py`'s work folder).
 
     .venv/bin/python benchmarks/judged_mining.py /tmp/ps-exp/pricerunner/build [--repeats 2]
 
 Times `filters.filter_candidates` over every candidate the build retrieved, with
-`mine.judge_margin` on and off, alternating, in batches of the queries as mining runs them
-(`MINE_QUERY_BATCH`), and prints the seconds, the ratio and how many candidates were judged.
+`mine.judge_margin` off, on without the query's ruling, and on with it (the default), in turn,
+in batches of the queries as mining runs them (`MINE_QUERY_BATCH`), and prints the seconds,
+the ratios and the drops per reason.
 """
 
 from __future__ import annotations
@@ -43,18 +45,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     candidates, positives, info, _ = mined_inputs(args.build)
-    judged = MineConfig(copy_density=0.02)  # a fixed prior: the stage estimates it once
-    plain = judged.model_copy(update={"judge_margin": False})
-    seconds: dict[str, list[float]] = {"plain margin": [], "judged": []}
+    ruled = MineConfig(copy_density=0.02)  # a fixed prior: the stage estimates it once
+    variants = {
+        "plain margin": ruled.model_copy(update={"judge_margin": False}),
+        "judged": ruled.model_copy(update={"query_must_rule_out": False}),
+        "judged, the query ruling": ruled,
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.repeats):
-        for name, cfg in (("plain margin", plain), ("judged", judged)):
+        for name, cfg in variants.items():
             took, counts = filter_all(candidates, positives, info, cfg)
             seconds[name].append(took)
             print(f"{name}: {took:.1f} s, dropped {counts}", flush=True)
     best = {name: min(values) for name, values in seconds.items()}
     print(f"\n{candidates.height:,} candidates, {positives.height:,} pairs")
-    print(f"plain margin {best['plain margin']:.1f} s, judged {best['judged']:.1f} s, "
-          f"ratio {best['judged'] / best['plain margin']:.2f}x")  # fmt: skip
+    for name, took in best.items():
+        print(f"{name}: {took:.1f} s, {took / best['plain margin']:.2f}x the plain margin")
 
 
 if __name__ == "__main__":

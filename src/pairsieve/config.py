@@ -302,6 +302,12 @@ class MineConfig(Section):
         description="Judge the best candidates inside the margin by their probability of being "
         "the positive's product (`mine.judgement`): keep the unlikely, drop the likely.",
     )
+    query_must_rule_out: bool = Field(
+        True,
+        description="Keep a candidate inside the margin that the judgement calls another product "
+        "only when the query's own attributes conflict with its title; otherwise drop it as "
+        "`query_cannot_tell` (the click does not say the shopper did not want it too).",
+    )
     copy_model: str | None = Field(None, description="The judgement's model; None: shipped.")
     copy_density: float | None = Field(
         None,

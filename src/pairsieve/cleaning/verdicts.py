@@ -5,8 +5,8 @@ A dataset mined elsewhere is a list of (anchor, positive, negative) texts; the b
 becomes a query, its rows' positives its clicked listings and its rows' negatives its candidates,
 scored by the build's encoder, and the filter stamps each with the first reason that makes it
 unsafe: the positive itself, another clicked listing, a listing of the positive's product, a
-candidate inside the margin judged a copy or left undecided, or a title nothing tells apart from
-the positive's. Its selection steps (one negative per product, `range_min`, the sample) choose
+candidate inside the margin judged a copy, left undecided or not ruled out by the anchor, or a
+title nothing tells apart from the positive's. Its selection steps (one negative per product, `range_min`, the sample) choose
 among safe negatives rather than judge them, so they replace nothing here; the duplicate guard,
 which the filter only runs on the negatives it takes, is run on those too.
 """

@@ -25,6 +25,7 @@ REASONS = (
     "other_positive",  # another listing clicked for the same query
     "same_product",  # a listing of the product of any of the query's positives
     "judged_copy",  # inside the margin, and judged a copy of the positive's product
+    "query_cannot_tell",  # inside the margin, judged another product, but the query fits it too
     "margin",  # inside the margin, and the judgement cannot tell (or was not asked)
     "max_score",  # scores above mine.max_score
     "min_score",  # scores below mine.min_score
@@ -36,6 +37,7 @@ REASONS = (
 
 MARGIN_LOOKAHEAD = 4  # candidates judged inside the margin per negative wanted
 _PRODUCT = "_product"
+_RULED_OUT = "_query_rules_out"
 _POSITIVE_PRODUCT = "_positive_product"
 NEGATIVE_COLUMNS = (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.RANK, S.SCORE,
                      S.POSITIVE_SCORE)  # fmt: skip
@@ -118,9 +120,10 @@ def _attributes_of(titles: pl.DataFrame, ids: pl.Series) -> dict[str, text.Attri
 
 def _judged(
     table: pl.DataFrame, inside: pl.Expr, titles: pl.DataFrame, cfg: MineConfig
-) -> pl.Series:
+) -> tuple[pl.Series, pl.Series]:
     """``p_copy`` per row (`judgement`) of the candidates `inside` the margin, among the first
-    `MARGIN_LOOKAHEAD * num_negatives` inside it of each pair by rank; null for the rest."""
+    `MARGIN_LOOKAHEAD * num_negatives` inside it of each pair by rank, null for the rest; and
+    whether the query rules the candidate out (`_query_rules_out`; True where not asked)."""
     pair = [S.QUERY, S.POSITIVE_LISTING_ID]
     ahead = pl.int_range(pl.len()).over([*pair, inside], order_by=S.RANK)
     judged = (
@@ -140,16 +143,38 @@ def _judged(
     density = cfg.copy_density
     if density is None:  # a call outside a build: the table's own evidence
         density = judgement.smoothed_density(*_density_counts(table))
+    model = judgement.load_copy_model(cfg.copy_model)
+    rows, p_copy = judged["_row"].to_numpy(), model.probability(features, density)
     p = np.full(table.height, np.nan)
-    p[judged["_row"].to_numpy()] = judgement.load_copy_model(cfg.copy_model).probability(
-        features, density
-    )
-    return pl.Series(S.P_COPY, p, dtype=pl.Float64).fill_nan(None)
+    p[rows] = p_copy
+    ruled_out = np.ones(table.height, dtype=bool)
+    if cfg.query_must_rule_out:  # asked only of the rows the judgement would keep
+        keep = p_copy <= model.keep_below
+        ruled_out[rows[keep]] = _query_rules_out(
+            judged[S.QUERY].filter(keep), negative.filter(keep), attributes
+        )
+    return pl.Series(S.P_COPY, p, dtype=pl.Float64).fill_nan(None), pl.Series(_RULED_OUT, ruled_out)
+
+
+def _query_rules_out(
+    queries: pl.Series, candidates: pl.Series, titles: dict[str, text.Attributes]
+) -> np.ndarray:
+    """Per row: whether the query's own attributes conflict with the candidate's title, whose
+    attributes ``titles`` holds by listing id (`match.conflict`: another model code, capacity,
+    generation, number...). The titles' conflict says the candidate is another product than
+    the positive; the query's says the shopper did not ask for it. Without the second, a query
+    that names neither ("hp amd opteron") is answered by the candidate as well as by the
+    listing it clicked, and a candidate it does not contradict is the likelier copy (10 to 20
+    times as often on five labelled catalogs, benchmarks/RESULTS.md)."""
+    said = {q: text.extract_attributes(text.normalize(q)) for q in queries.unique().to_list()}
+    pairs = zip(queries, candidates, strict=True)
+    return np.array([match.conflict(said[q], titles[c]) is not None for q, c in pairs], bool)
 
 
 def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
     """The identity and score reasons in precedence order. A row `inside` the margin is dropped
-    as a judged copy, kept when judged another product, and dropped by the margin otherwise."""
+    as a judged copy; judged another product, it is kept when the query rules it out and
+    dropped as `query_cannot_tell` when not; the margin drops the undecided."""
     score = pl.col(S.SCORE)
     model = judgement.load_copy_model(cfg.copy_model)
     return (
@@ -161,6 +186,10 @@ def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
         .then(pl.lit("same_product"))
         .when(inside & (pl.col(S.P_COPY) >= model.drop_above).fill_null(False))
         .then(pl.lit("judged_copy"))
+        .when(
+            inside & (pl.col(S.P_COPY) <= model.keep_below).fill_null(False) & ~pl.col(_RULED_OUT)
+        )
+        .then(pl.lit("query_cannot_tell"))
         .when(inside & ~(pl.col(S.P_COPY) <= model.keep_below).fill_null(False))
         .then(pl.lit("margin"))
         .when(score > (cfg.max_score if cfg.max_score is not None else float("inf")))
@@ -252,11 +281,13 @@ def _stamp_filters(
     identity = _OTHER_CLICK | pl.col("_pos_product").fill_null(False)
     inside = ~identity & _ABOVE_LIMIT
     if cfg.judge_margin and titles is not None:
-        table = table.with_columns(_judged(table, inside, titles, cfg))
+        table = table.with_columns(*_judged(table, inside, titles, cfg))
     else:
-        table = table.with_columns(pl.lit(None, pl.Float64).alias(S.P_COPY))
+        table = table.with_columns(
+            pl.lit(None, pl.Float64).alias(S.P_COPY), pl.lit(True).alias(_RULED_OUT)
+        )
     return table.with_columns(_first_reason(inside, cfg).alias(S.REASON)).drop(
-        "_limit", "_clicked", "_pos_product"
+        "_limit", "_clicked", "_pos_product", _RULED_OUT
     )
 
 

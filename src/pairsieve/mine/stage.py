@@ -15,7 +15,8 @@ short of `num_negatives` is mined again below the margin instead of going withou
 The margin also throws away the hardest true negatives: other models that the untrained encoder
 scores above the clicked listing. So the best candidates inside the margin are judged
 (`mine.judgement`, with the build's copy density as the prior): those unlikely to be a copy are
-kept, the likely ones dropped as `judged_copy`, and the margin decides the rest.
+kept when the query's own attributes rule them out too (`query_cannot_tell` when not), the
+likely ones dropped as `judged_copy`, and the margin decides the rest.
 
 The stage's parts, each tested alone:
 

@@ -72,6 +72,7 @@ def judged(cfg: PairsieveConfig, run_dir: Path) -> Judged | None:
         "kept_above_margin_share": above.height / max(result.rows_out, 1),
         "estimated_copies_among_kept_above_margin": float(above[S.P_COPY].mean() or 0.0),
         "dropped_inside_margin_judged_copy": int(reasons.get("judged_copy", 0)),
+        "dropped_inside_margin_query_cannot_tell": int(reasons.get("query_cannot_tell", 0)),
         "dropped_inside_margin_undecided": int(reasons.get("margin", 0)),
     }
     return Judged(figures, _kept_pairs(above, layout))

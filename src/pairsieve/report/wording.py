@@ -98,6 +98,10 @@ DISPLAY_NAMES: dict[str, tuple[str, Kind]] = {
     "estimated_copies_among_kept_above_margin_ci": ("95% interval of that share", "share"),
     "estimated_copies_labels_used": ("answered labels on these pairs", "count"),
     "dropped_inside_margin_judged_copy": ("dropped inside the margin, judged a copy", "count"),
+    "dropped_inside_margin_query_cannot_tell": (
+        "dropped inside the margin, another product the query does not tell apart",
+        "count",
+    ),
     "dropped_inside_margin_undecided": ("dropped inside the margin, undecided", "count"),
     "list": ("list", "text"),
     "n": ("scores", "count"),

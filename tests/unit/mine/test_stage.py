@@ -250,12 +250,17 @@ JUDGED_TITLES = {
     "bigger": "sandisk ultra 64gb microsdxc",
     "below": "bosch serie 4 washing machine",
 }
-JUDGED_SCORES = {"q": {"code": 0.9, "reworded": 0.85, "below": 0.3}, "r": {"bigger": 0.9}}
-JUDGED_POSITIVES = {("q", "p"): 0.6, ("r", "p2"): 0.6}
+# The queries name the model and the capacity that rule the other model and capacity out.
+FRIDGE, CARD = "cda fw852 fridge freezer", "sandisk ultra 32gb"
+JUDGED_SCORES = {FRIDGE: {"code": 0.9, "reworded": 0.85, "below": 0.3}, CARD: {"bigger": 0.9}}
+JUDGED_POSITIVES = {(FRIDGE, "p"): 0.6, (CARD, "p2"): 0.6}
 
 
-def _judged(density: float | None, **settings) -> tuple[pl.DataFrame, pl.DataFrame]:
-    candidates, pos, _ = frames(JUDGED_SCORES, JUDGED_POSITIVES)
+def _judged(
+    density: float | None, scores: dict = JUDGED_SCORES, positives: dict = JUDGED_POSITIVES,
+    **settings,
+) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
+    candidates, pos, _ = frames(scores, positives)
     cfg = MineConfig(num_negatives=2, duplicate_guard_jaccard=None, copy_density=density,
                      **settings)  # fmt: skip
     return mine_filter.filter_candidates(candidates, pos, _titled(JUDGED_TITLES), cfg, 13)
@@ -265,32 +270,52 @@ def test_where_copies_are_rare_the_judgement_keeps_variants_above_the_positive()
     """Another model code and another capacity are kept although they score above the
     positive; the reworded copy, which nothing tells apart, is still dropped."""
     kept, dropped = _judged(0.005)
-    assert kept_ids(kept) == ["code", "below"]
-    assert kept_ids(kept, "r") == ["bigger"]
-    assert reasons(dropped) == {"reworded": "margin"}
+    assert kept_ids(kept, FRIDGE) == ["code", "below"]
+    assert kept_ids(kept, CARD) == ["bigger"]
+    assert reasons(dropped, FRIDGE) == {"reworded": "margin"}
 
 
 def test_where_copies_are_many_the_judgement_leaves_variants_to_the_margin():
     """The same candidates in a build whose retrieval is full of copies: a conflicting title is
     no longer evidence enough, and the reworded copy is judged a copy outright."""
     kept, dropped = _judged(0.5)
-    assert kept_ids(kept) == ["below"] and kept_ids(kept, "r") == []
-    assert reasons(dropped) == {"code": "margin", "reworded": "judged_copy"}
-    assert reasons(dropped, "r") == {"bigger": "margin"}
+    assert kept_ids(kept, FRIDGE) == ["below"] and kept_ids(kept, CARD) == []
+    assert reasons(dropped, FRIDGE) == {"code": "margin", "reworded": "judged_copy"}
+    assert reasons(dropped, CARD) == {"bigger": "margin"}
 
 
 def test_without_the_judgement_the_margin_drops_everything_inside_it():
     kept, dropped = _judged(0.005, judge_margin=False)
-    assert kept_ids(kept) == ["below"] and kept_ids(kept, "r") == []
-    assert reasons(dropped) == {"code": "margin", "reworded": "margin"}
+    assert kept_ids(kept, FRIDGE) == ["below"] and kept_ids(kept, CARD) == []
+    assert reasons(dropped, FRIDGE) == {"code": "margin", "reworded": "margin"}
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "cda integrated fridge",  # names no model
+        "cda fw422 integrated fridge",  # names the other model
+    ],
+)
+def test_another_product_the_query_does_not_rule_out_is_dropped(query):
+    """The judgement calls `code` another model, but a query that does not contradict it gives
+    no reason to rank the clicked listing above it: it is dropped as `query_cannot_tell`, and
+    the next candidate takes its place. Asked not to, mining keeps it."""
+    scores = {query: JUDGED_SCORES[FRIDGE]}
+    kept, dropped = _judged(0.005, scores, {(query, "p"): 0.6})
+    assert kept_ids(kept, query) == ["below"]
+    assert reasons(dropped, query) == {"code": "query_cannot_tell", "reworded": "margin"}
+    kept, _ = _judged(0.005, scores, {(query, "p"): 0.6}, query_must_rule_out=False)
+    assert kept_ids(kept, query) == ["code", "below"]
 
 
 def test_the_judgement_reads_only_the_first_candidates_inside_the_margin():
     titles = {"p": "apple iphone 8 64gb", **{f"v{i}": f"apple iphone {i} 64gb" for i in (3, 4, 5)}}
     cfg = MineConfig(num_negatives=1, duplicate_guard_jaccard=None, copy_density=1e-4)
     many = {f"v{i}": f"apple iphone {i} 64gb" for i in range(10, 20)}
-    scores = {"q": {k: 0.9 - i / 100 for i, k in enumerate(many)}}
-    candidates, pos, _ = frames(scores, {("q", "p"): 0.5})
+    query = "apple iphone 8"  # rules out every candidate: another model number
+    scores = {query: {k: 0.9 - i / 100 for i, k in enumerate(many)}}
+    candidates, pos, _ = frames(scores, {(query, "p"): 0.5})
     listings = _titled({"p": titles["p"], **many})
     table = mine_filter._stamp_filters(candidates, pos, listings, cfg, listings)
     judged = table.filter(pl.col(S.P_COPY).is_not_null()).sort(S.RANK)

@@ -432,6 +432,8 @@ def test_the_report_says_what_the_judgement_kept_and_labels_narrow_it(sample_bui
     counts = dict(dropped.select(pl.col(S.REASON).cast(pl.String), "count").iter_rows())
     assert figures["dropped_inside_margin_judged_copy"] == counts.get("judged_copy", 0)
     assert figures["dropped_inside_margin_undecided"] == counts.get("margin", 0)
+    vague = figures["dropped_inside_margin_query_cannot_tell"]
+    assert vague == counts.get("query_cannot_tell", 0) > 0
     kept = pl.read_parquet(run_dir / "report" / S.JUDGED_PAIRS_FILE)
     assert kept["rows"].sum() == figures["kept_above_margin"] > 0
     assert figures["kept_above_margin"] <= figures["negatives_kept"]
