@@ -6,9 +6,10 @@ becomes a query, its rows' positives its clicked listings and its rows' negative
 scored by the build's encoder, and the filter stamps each with the first reason that makes it
 unsafe: the positive itself, another clicked listing, a listing of the positive's product, a
 candidate inside the margin judged a copy, left undecided or not ruled out by the anchor, or a
-title nothing tells apart from the positive's. Its selection steps (one negative per product, `range_min`, the sample) choose
-among safe negatives rather than judge them, so they replace nothing here; the duplicate guard,
-which the filter only runs on the negatives it takes, is run on those too.
+title nothing tells apart from the positive's. Its selection steps (one negative per product,
+`range_min`, the sample) choose among safe negatives rather than judge them, so they replace
+nothing here; the duplicate guard, which the filter only runs on the negatives it takes, is run
+on those too.
 """
 
 from __future__ import annotations
