@@ -17,25 +17,19 @@ from pathlib import Path
 import polars as pl
 
 from pairsieve import schemas as S
-from pairsieve.mine.filters import _query_rules_out
-from pairsieve.text import attributes as text
+from pairsieve.mine.filters import _attributes_of, query_rules_out
 
 PLAIN_MARGIN = 0.05
 
 
-def first_inside(build: Path) -> tuple[pl.DataFrame, dict[str, str], dict[str, str]]:
-    """The first kept negative of each pair inside the plain margin, and the titles and truth."""
+def first_negatives(build: Path) -> pl.DataFrame:
+    """The first kept negative of each pair."""
     kept = pl.read_parquet(build / "mine" / S.NEGATIVES_FILE)
-    listings = pl.read_parquet(build / "ingest" / S.LISTINGS_FILE)
-    first = (
+    return (
         kept.sort(S.QUERY, S.POSITIVE_LISTING_ID, S.RANK)
         .group_by(S.QUERY, S.POSITIVE_LISTING_ID, maintain_order=True)
         .first()
-        .filter(pl.col(S.SCORE) > (1 - PLAIN_MARGIN) * pl.col(S.POSITIVE_SCORE))
     )
-    title = dict(listings.select(S.LISTING_ID, S.TITLE_NORM).iter_rows())
-    truth = dict(listings.select(S.LISTING_ID, S.TRUE_PRODUCT_ID).iter_rows())
-    return first, title, truth
 
 
 def main() -> None:
@@ -46,17 +40,16 @@ def main() -> None:
           "| copies among those | copies among the ruled out |")  # fmt: skip
     print("|---|---|---|---|---|---|")
     for build in args.builds:
-        first, title, truth = first_inside(build)
+        listings = pl.read_parquet(build / "ingest" / S.LISTINGS_FILE)
+        every = first_negatives(build)
+        inside = (1 - PLAIN_MARGIN) * pl.col(S.POSITIVE_SCORE)
+        first = every.filter(pl.col(S.SCORE) > inside)
         negatives = first[S.NEGATIVE_LISTING_ID]
-        attributes = {k: text.extract_attributes(title.get(k) or "") for k in negatives.unique()}
-        ruled = _query_rules_out(first[S.QUERY], negatives, attributes)
+        ruled = query_rules_out(first[S.QUERY], negatives, _attributes_of(listings, negatives))
+        truth = dict(listings.select(S.LISTING_ID, S.TRUE_PRODUCT_ID).iter_rows())
         copy = pl.Series([truth[p] == truth[n] for p, n in first.select(
             S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID).iter_rows()])  # fmt: skip
-        pairs = (
-            pl.read_parquet(build / "mine" / S.NEGATIVES_FILE)
-            .select(S.QUERY, S.POSITIVE_LISTING_ID)
-            .n_unique()
-        )
+        pairs = every.height
         loose, tight = copy.filter(pl.Series(~ruled)), copy.filter(pl.Series(ruled))
         print(f"| {build} | {pairs:,} | {first.height:,} | {loose.len():,} "
               f"({loose.len() / max(first.height, 1):.1%}) | {loose.mean() or 0:.2%} "

@@ -37,7 +37,7 @@ REASONS = (
 
 MARGIN_LOOKAHEAD = 4  # candidates judged inside the margin per negative wanted
 _PRODUCT = "_product"
-_RULED_OUT = "_query_rules_out"
+_CANNOT_TELL = "_query_cannot_tell"
 _POSITIVE_PRODUCT = "_positive_product"
 NEGATIVE_COLUMNS = (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.RANK, S.SCORE,
                      S.POSITIVE_SCORE)  # fmt: skip
@@ -123,7 +123,8 @@ def _judged(
 ) -> tuple[pl.Series, pl.Series]:
     """``p_copy`` per row (`judgement`) of the candidates `inside` the margin, among the first
     `MARGIN_LOOKAHEAD * num_negatives` inside it of each pair by rank, null for the rest; and
-    whether the query rules the candidate out (`_query_rules_out`; True where not asked)."""
+    whether the judgement would keep the candidate but the query does not rule it out
+    (`query_rules_out`)."""
     pair = [S.QUERY, S.POSITIVE_LISTING_ID]
     ahead = pl.int_range(pl.len()).over([*pair, inside], order_by=S.RANK)
     judged = (
@@ -147,16 +148,17 @@ def _judged(
     rows, p_copy = judged["_row"].to_numpy(), model.probability(features, density)
     p = np.full(table.height, np.nan)
     p[rows] = p_copy
-    ruled_out = np.ones(table.height, dtype=bool)
+    cannot_tell = np.zeros(table.height, dtype=bool)
     if cfg.query_must_rule_out:  # asked only of the rows the judgement would keep
         keep = p_copy <= model.keep_below
-        ruled_out[rows[keep]] = _query_rules_out(
+        cannot_tell[rows[keep]] = ~query_rules_out(
             judged[S.QUERY].filter(keep), negative.filter(keep), attributes
         )
-    return pl.Series(S.P_COPY, p, dtype=pl.Float64).fill_nan(None), pl.Series(_RULED_OUT, ruled_out)
+    p_series = pl.Series(S.P_COPY, p, dtype=pl.Float64).fill_nan(None)
+    return p_series, pl.Series(_CANNOT_TELL, cannot_tell)
 
 
-def _query_rules_out(
+def query_rules_out(
     queries: pl.Series, candidates: pl.Series, titles: dict[str, text.Attributes]
 ) -> np.ndarray:
     """Per row: whether the query's own attributes conflict with the candidate's title, whose
@@ -186,9 +188,7 @@ def _first_reason(inside: pl.Expr, cfg: MineConfig) -> pl.Expr:
         .then(pl.lit("same_product"))
         .when(inside & (pl.col(S.P_COPY) >= model.drop_above).fill_null(False))
         .then(pl.lit("judged_copy"))
-        .when(
-            inside & (pl.col(S.P_COPY) <= model.keep_below).fill_null(False) & ~pl.col(_RULED_OUT)
-        )
+        .when(pl.col(_CANNOT_TELL))
         .then(pl.lit("query_cannot_tell"))
         .when(inside & ~(pl.col(S.P_COPY) <= model.keep_below).fill_null(False))
         .then(pl.lit("margin"))
@@ -284,10 +284,10 @@ def _stamp_filters(
         table = table.with_columns(*_judged(table, inside, titles, cfg))
     else:
         table = table.with_columns(
-            pl.lit(None, pl.Float64).alias(S.P_COPY), pl.lit(True).alias(_RULED_OUT)
+            pl.lit(None, pl.Float64).alias(S.P_COPY), pl.lit(False).alias(_CANNOT_TELL)
         )
     return table.with_columns(_first_reason(inside, cfg).alias(S.REASON)).drop(
-        "_limit", "_clicked", "_pos_product", _RULED_OUT
+        "_limit", "_clicked", "_pos_product", _CANNOT_TELL
     )
 
 
