@@ -7,11 +7,14 @@ the logit of the build's copy density (`filters.density_counts` over the build's
 candidates). A logistic regression (L2 1e-3; each catalog weighs the same in the fit) gives the
 weights.
 
-`keep_below` is chosen on the fitted catalogs alone: the largest probability on the grid at which
-the first kept candidate of a pair (the one a row with one negative trains on) is a copy at
-most `TARGET` of the time on every one of them. `drop_above` is 0.5: a candidate more likely a
-copy than not. `leave_one_out` fits each catalog's model on the others alone, so a catalog is
-never judged by a model that saw it (`benchmarks/fit_copy_model.py` measures and writes them).
+`keep_below` is chosen on the fitted catalogs alone: the largest probability on a fine grid up to
+which the first kept candidate of a pair (the one a row with one negative trains on) is a copy at
+most `TARGET` of the time on every one of them, at that step and every step below it. The grid is
+fine because one step decides how many of a catalog's hard negatives survive; the steps below must
+pass too because a small catalog's share swings by one candidate, and a threshold that passes above
+one that failed is such a swing, not evidence. `drop_above` is 0.5: a candidate more likely a copy
+than not. `leave_one_out` fits each catalog's model on the others alone, so a catalog is never
+judged by a model that saw it (`benchmarks/fit_copy_model.py` measures and writes them).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pairsieve.mine.kept_judgement import candidates_and_positives
 from pairsieve.mine.stage import listing_products
 from pairsieve.text import attributes as text
 
-GRID = (0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12)
+GRID = tuple(round(0.0025 * step, 4) for step in range(1, 49))  # 0.0025 to 0.12
 TARGET = 0.02  # copies among the candidates the judgement keeps
 DROP_ABOVE = 0.5
 L2 = 1e-3  # the loss adds L2 * sum(weight ** 2) over the features' weights
@@ -112,12 +115,13 @@ def kept_share(model: judgement.CopyModel, frame: pl.DataFrame, density: float, 
 
 
 def choose_keep_below(model: judgement.CopyModel, parts: dict) -> float:
-    """The largest grid probability at which the first kept candidates of the pairs are at most
-    `TARGET` copies on every catalog in ``parts``."""
+    """The largest grid probability up to which the first kept candidates of the pairs are at most
+    `TARGET` copies on every catalog in ``parts``, at it and at every step below."""
     best = GRID[0]
     for t in GRID:
-        if all(kept_share(model, f, d, t)[2] <= TARGET for f, d in parts.values()):
-            best = t
+        if not all(kept_share(model, f, d, t)[2] <= TARGET for f, d in parts.values()):
+            break
+        best = t
     return best
 
 

@@ -38,3 +38,27 @@ def test_each_catalog_is_judged_by_a_model_fitted_without_it():
     for model in models.values():
         assert model.weights["conflict_model_code"] < 0 < model.weights["jaccard"]
         assert model.keep_below in copy_model_fit.GRID and model.drop_above == 0.5
+
+
+def _first_candidates(rows: list[tuple[float, int, bool]], density: float):
+    """First candidates at chosen probabilities under a model that reads `jaccard` alone:
+    (probability, how many, copy or not)."""
+    logit = lambda p: np.log(p / (1 - p))  # noqa: E731
+    jaccard = np.concatenate([np.full(n, logit(p) - logit(density)) for p, n, _ in rows])
+    frame = {name: np.zeros(jaccard.size) for name in judgement.FEATURES}
+    frame["jaccard"] = jaccard
+    copies = np.concatenate([np.full(n, copy) for _, n, copy in rows])
+    return pl.DataFrame(frame).with_columns(
+        pl.Series("copy", copies), pl.Series("first", np.ones(jaccard.size, bool))
+    ), density
+
+
+def test_keep_below_stops_at_the_first_step_with_too_many_copies():
+    weights = {name: 0.0 for name in judgement.FEATURES} | {"jaccard": 1.0}
+    model = judgement.CopyModel(0.0, weights, copy_model_fit.GRID[0], 0.5)
+    clean = _first_candidates([(0.004, 100, False), (0.03, 1000, False)], 0.05)
+    # five copies at 0.009 make 0.01 fail (5 in 105); a thousand true negatives at 0.03 dilute
+    # them under 2% again, which a threshold must not jump to
+    swinging = _first_candidates([(0.004, 100, False), (0.009, 5, True), (0.03, 1000, False)], 0.05)
+    assert copy_model_fit.choose_keep_below(model, {"clean": clean}) == copy_model_fit.GRID[-1]
+    assert copy_model_fit.choose_keep_below(model, {"clean": clean, "swing": swinging}) == 0.0075
