@@ -109,7 +109,8 @@ def test_build_flow_publishes_balanced_stages_and_skips_on_rerun(
 # processor's int8 kernels, can move the vectors and with them near-tied negatives (products
 # hold): the same code then gives other bytes. The product ids are pinned on every processor; the
 # negatives and shards per processor family (`_processor_family`), for the families whose set was
-# taken from this code. Record a family's set by running this test on it.
+# taken from this code. Record a family's set by running this test on it. Every parquet footer
+# names the polars release that wrote it, so the dev extra pins polars to the release of this set.
 DEMO_PRODUCTS_SHA256 = "457d42179a2b46ae9ca73bb5535ac6a35f5b3e6caa66c5f263915b632a0da419"
 DEMO_SHA256_BY_PROCESSOR = {
     "avx2": {
