@@ -7,6 +7,7 @@ import numpy as np
 import polars as pl
 
 from pairsieve.mine import copy_model_fit, judgement
+from pairsieve.pair_model.calibration import logit
 
 
 def _catalog(seed: int, n: int = 400) -> tuple[pl.DataFrame, float]:
@@ -43,7 +44,6 @@ def test_each_catalog_is_judged_by_a_model_fitted_without_it():
 def _first_candidates(rows: list[tuple[float, int, bool]], density: float):
     """First candidates at chosen probabilities under a model that reads `jaccard` alone:
     (probability, how many, copy or not)."""
-    logit = lambda p: np.log(p / (1 - p))  # noqa: E731
     jaccard = np.concatenate([np.full(n, logit(p) - logit(density)) for p, n, _ in rows])
     frame = {name: np.zeros(jaccard.size) for name in judgement.FEATURES}
     frame["jaccard"] = jaccard
