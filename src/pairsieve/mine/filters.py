@@ -107,6 +107,23 @@ def _random_keys(table: pl.DataFrame, seed: int) -> pl.Series:
     return pl.Series("_key", mixed, dtype=pl.UInt64)
 
 
+# Titles parsed by earlier calls, by normalised title: a listing is a candidate of many queries,
+# and the same titles are parsed again by every partition, deepening round, duplicate check and
+# the kept negatives' judgement. Cleared when full: ~0.4 GB at most.
+_PARSED: dict[str, text.Attributes] = {}
+_PARSED_LIMIT = 1 << 18
+
+
+def _parsed(title_norm: str) -> text.Attributes:
+    """`text.extract_attributes` of a normalised title, from `_PARSED` when seen before."""
+    found = _PARSED.get(title_norm)
+    if found is None:
+        if len(_PARSED) >= _PARSED_LIMIT:
+            _PARSED.clear()
+        found = _PARSED[title_norm] = text.extract_attributes(title_norm)
+    return found
+
+
 def _attributes_of(titles: pl.DataFrame, ids: pl.Series) -> dict[str, text.Attributes]:
     """The attributes of the titles of the listings ``ids`` (a listing without a title: those
     of ""), each extracted once. ``titles`` is (listing_id, title_norm) for the whole catalog;
@@ -115,7 +132,7 @@ def _attributes_of(titles: pl.DataFrame, ids: pl.Series) -> dict[str, text.Attri
     distinct = ids.unique()
     rows = titles.filter(pl.col(S.LISTING_ID).is_in(distinct.implode()))
     found = dict(rows.select(S.LISTING_ID, S.TITLE_NORM).iter_rows())
-    return {key: text.extract_attributes(found.get(key, "")) for key in distinct.to_list()}
+    return {key: _parsed(found.get(key, "")) for key in distinct.to_list()}
 
 
 def _judged(

@@ -240,6 +240,26 @@ def test_titles_are_looked_up_only_for_the_listings_judged():
     assert found["gone"] == text.extract_attributes("")
 
 
+def test_a_title_is_parsed_once_across_calls_until_the_memo_is_full(monkeypatch):
+    """Mining asks about the same listings in every partition, deepening round and duplicate
+    check: a title parsed once is not parsed again, and the memo starts afresh when full."""
+    parsed = []
+    real = text.extract_attributes
+    monkeypatch.setattr(
+        mine_filter.text, "extract_attributes", lambda t: parsed.append(t) or real(t)
+    )
+    monkeypatch.setattr(mine_filter, "_PARSED", {})
+    listings = _titled({"a": "Sandisk Ultra 64GB microSDXC", "b": "iPhone 8 case"})
+    first = mine_filter._attributes_of(listings, pl.Series(["a", "b"]))
+    again = mine_filter._attributes_of(listings, pl.Series(["b", "a"]))
+    assert len(parsed) == 2 and again == first
+    monkeypatch.setattr(mine_filter, "_PARSED_LIMIT", 2)
+    mine_filter._attributes_of(listings, pl.Series(["gone"]))  # a third title: the memo restarts
+    assert mine_filter._PARSED == {"": real("")}
+    assert mine_filter._attributes_of(listings, pl.Series(["a"]))["a"] == first["a"]
+    assert len(parsed) == 4
+
+
 # Real titles (PriceRunner's CDA fridges, Altosight's SanDisk cards): a positive, another model
 # and another capacity the encoder scores above it, and a reworded copy the clusterer missed.
 JUDGED_TITLES = {
