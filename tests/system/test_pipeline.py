@@ -296,12 +296,12 @@ def _check_nothing_to_mine(cfg, build: Path) -> None:
     """A build whose every query is unchanged (and none due for refresh) mines nothing and
     writes the previous rows as they were."""
     from pairsieve.mine import stage as mine
-    from pairsieve.mine.reuse import PreviousMining, titles_and_products
+    from pairsieve.mine.reuse import PreviousMining, kept_rows, titles_and_products
 
     layout = RunLayout(build)
     inputs = mine.Inputs.of(layout)
     state = PreviousMining(
-        pl.read_parquet(layout.negatives),
+        kept_rows(layout.stage_dir("mine")),
         pl.read_parquet(layout.negatives_dropped),
         pl.read_parquet(inputs.clicks, columns=[S.QUERY, S.LISTING_ID]).unique(),
         titles_and_products(pl.read_parquet(inputs.listings), pl.read_parquet(inputs.products)),
@@ -324,7 +324,7 @@ def _check_refilter(cfg, build: Path) -> None:
     from pairsieve.mine.reuse import PreviousMining
 
     state = PreviousMining.load(build, settings_hash(cfg, "mine"))
-    rows = pl.concat([state.kept, state.dropped.collect().drop(S.REASON)])
+    rows = pl.concat([state.kept.drop(S.P_COPY), state.dropped.collect().drop(S.REASON)])
     weakest = rows.group_by(S.QUERY).agg(pl.col(S.POSITIVE_SCORE).min().alias("_weakest"))
     shown = rows.join(weakest, on=S.QUERY).join(
         state.pairs,
@@ -376,7 +376,7 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
     mined. With many, every query ended short, so its search was exhausted: a merge only takes
     negatives away and a lower ceiling only fewer candidates, so every one of them settles."""
     from pairsieve.mine import stage as mine
-    from pairsieve.mine.reuse import PreviousMining, titles_and_products
+    from pairsieve.mine.reuse import PreviousMining, kept_rows, titles_and_products
 
     listings_file = build / "ingest" / S.LISTINGS_FILE
     products = pl.read_parquet(build / "cluster" / S.PRODUCTS_FILE)
@@ -388,7 +388,7 @@ def _check_refilter_regrouped(cfg, build: Path) -> None:
         folder = build / f"regrouped-{negatives}"
         mine.run(day, mine.Inputs(pairs, listings_file, products), folder / "before")
         state = PreviousMining(
-            pl.read_parquet(folder / "before" / S.NEGATIVES_FILE),
+            kept_rows(folder / "before"),
             pl.scan_parquet(folder / "before" / S.NEGATIVES_DROPPED_FILE),
             pairs,
             titles_and_products(pl.read_parquet(listings_file), products),

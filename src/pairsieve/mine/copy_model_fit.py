@@ -28,7 +28,6 @@ from pairsieve import schemas as S
 from pairsieve.config import MineConfig
 from pairsieve.core import logistic
 from pairsieve.mine import filters, judgement
-from pairsieve.mine.kept_judgement import candidates_and_positives
 from pairsieve.mine.stage import listing_products
 from pairsieve.text import attributes as text
 
@@ -36,6 +35,15 @@ GRID = tuple(round(0.0025 * step, 4) for step in range(1, 49))  # 0.0025 to 0.12
 TARGET = 0.02  # copies among the candidates the judgement keeps
 DROP_ABOVE = 0.5
 L2 = 1e-3  # the loss adds L2 * sum(weight ** 2) over the features' weights
+
+
+def candidates_and_positives(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What mining filtered, from its kept and dropped rows together: (candidates, positives),
+    each once, candidates in (query, rank) order and positives in (query, positive) order, as
+    the filters take them."""
+    candidates = rows.select(S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK).unique()
+    positives = rows.select(S.QUERY, S.POSITIVE_LISTING_ID, S.POSITIVE_SCORE).unique()
+    return candidates.sort(S.QUERY, S.RANK), positives.sort(S.QUERY, S.POSITIVE_LISTING_ID)
 
 
 def mined_inputs(build: Path) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:

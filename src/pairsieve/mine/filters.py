@@ -41,6 +41,9 @@ _CANNOT_TELL = "_query_cannot_tell"
 _POSITIVE_PRODUCT = "_positive_product"
 NEGATIVE_COLUMNS = (S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.RANK, S.SCORE,
                      S.POSITIVE_SCORE)  # fmt: skip
+# Kept rows also carry the judgement's p_copy (null for a row it did not decide), so the stage
+# writes what mining decided without judging its kept negatives again.
+KEPT_COLUMNS = (*NEGATIVE_COLUMNS, S.P_COPY)
 
 
 def reason_counts(dropped: pl.DataFrame) -> dict[str, int]:
@@ -274,18 +277,6 @@ def density_counts(
     return _density_counts(_joined(candidates, positives, products, cfg))
 
 
-def judged_rows(
-    candidates: pl.DataFrame, positives: pl.DataFrame, products: pl.DataFrame, cfg: MineConfig
-) -> pl.DataFrame:
-    """(query, positive_listing_id, negative_listing_id, score, p_copy, reason) of the candidates
-    the judgement decided, as `filter_candidates` judges them (before the selection steps, so a
-    kept one may still lose to `product_repeat` or the sample). ``products`` with title_norm."""
-    stamped = _stamp_filters(candidates, positives, products, cfg, products)
-    return stamped.filter(pl.col(S.P_COPY).is_not_null()).select(
-        S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.SCORE, S.P_COPY, S.REASON
-    )
-
-
 def _stamp_filters(
     candidates: pl.DataFrame,
     positives: pl.DataFrame,
@@ -421,15 +412,15 @@ def filter_candidates(
         cfg: the `mine` section; seed: for `sampling = "random"`.
 
     Returns:
-        (kept, dropped): kept has `NEGATIVE_COLUMNS`, dropped the same plus `reason`; both sorted
-        by (query, positive_listing_id, rank), where rank is the candidate's 1-based position in
-        its query's retrieval list (score descending, ties by listing id).
+        (kept, dropped): kept has `KEPT_COLUMNS`, dropped `NEGATIVE_COLUMNS` plus `reason`; both
+        sorted by (query, positive_listing_id, rank), where rank is the candidate's 1-based
+        position in its query's retrieval list (score descending, ties by listing id).
     """
     titles = products if S.TITLE_NORM in products.columns else None
     stamped = _stamp_filters(candidates, positives, products, cfg, titles)
     table = _select(stamped, titles, cfg, seed)
     order = [S.QUERY, S.POSITIVE_LISTING_ID, S.RANK]
-    kept = table.filter(pl.col(S.REASON).is_null()).select(NEGATIVE_COLUMNS).sort(order)
+    kept = table.filter(pl.col(S.REASON).is_null()).select(KEPT_COLUMNS).sort(order)
     dropped = (
         table.filter(pl.col(S.REASON).is_not_null())
         .select(*NEGATIVE_COLUMNS, pl.col(S.REASON).cast(pl.Enum(REASONS)))

@@ -90,8 +90,7 @@ class CopyModel:
 
     def probability(self, features: dict[str, np.ndarray], density: float) -> np.ndarray:
         """(m,) P(copy of the positive's product) per candidate."""
-        d = float(np.clip(density, _EPS, 1 - _EPS))
-        z = np.full(len(features["excess"]), self.intercept + np.log(d / (1 - d)))
+        z = np.full(len(features["excess"]), self.intercept + _logit(density))
         for name, weight in self.weights.items():
             z += weight * features[name]
         return 1.0 / (1.0 + np.exp(-z))
@@ -103,6 +102,22 @@ class CopyModel:
             "keep_below": self.keep_below,
             "drop_above": self.drop_above,
         }
+
+
+def _logit(density: float) -> float:
+    d = float(np.clip(density, _EPS, 1 - _EPS))
+    return float(np.log(d / (1 - d)))
+
+
+def at_density(p_copy: np.ndarray, judged_at: float, density: float) -> np.ndarray:
+    """``p_copy`` judged at the copy density ``judged_at``, as judged at ``density``: the density
+    is the model's offset, so a new one moves every candidate's log-odds by the same amount and
+    the features need not be computed again (a day-2 build's reused rows)."""
+    if judged_at == density:
+        return p_copy
+    with np.errstate(divide="ignore"):
+        z = np.log(p_copy) - np.log1p(-p_copy) + _logit(density) - _logit(judged_at)
+    return 1.0 / (1.0 + np.exp(-z))
 
 
 @cache

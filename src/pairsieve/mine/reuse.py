@@ -49,9 +49,11 @@ import polars as pl
 
 from pairsieve import schemas as S
 from pairsieve.core.contract import load_result
+from pairsieve.core.facts import MineFacts
 from pairsieve.core.hashing import hex_digest
 from pairsieve.core.layout import RunLayout
 from pairsieve.mine.filters import short_queries
+from pairsieve.mine.judgement import at_density
 
 if TYPE_CHECKING:
     from pairsieve.vectors import knn
@@ -65,11 +67,12 @@ class PreviousMining:
     (tens of millions at 10^6 listings) are read lazily: only the rows of the queries a step
     needs, and the reused ones streamed to the new file (`mine.run`)."""
 
-    kept: pl.DataFrame
+    kept: pl.DataFrame  # with p_copy (`kept_rows`)
     dropped: pl.LazyFrame | pl.DataFrame
     pairs: pl.DataFrame  # query, listing_id
     listings: pl.DataFrame  # listing_id, title, product_id
     ivf: knn.IvfLayout | None = None  # its index's IVF layout, if it had one
+    density: float | None = None  # the copy density its kept rows were judged at
 
     @staticmethod
     def load(previous: Path, config_hash: str) -> PreviousMining | str:
@@ -86,13 +89,15 @@ class PreviousMining:
             "listings": layout.listings,
             "products": layout.products,
         }
+        if "judgement" in recorded.outputs:
+            files["judgement"] = layout.negatives_judgement
         missing = [str(path) for path in files.values() if not path.exists()]
         if missing:
             return f"the previous build lacks {', '.join(missing)}"
         from pairsieve.vectors import knn
 
         return PreviousMining(
-            pl.read_parquet(files["kept"]),
+            kept_rows(layout.stage_dir("mine")),
             pl.scan_parquet(files["dropped"]),
             pl.read_parquet(files["clicks"], columns=[S.QUERY, _ID]).unique(),
             titles_and_products(
@@ -100,7 +105,17 @@ class PreviousMining:
                 pl.read_parquet(files["products"], columns=[_ID, S.PRODUCT_ID]),
             ),
             knn.IvfLayout.read(layout.stage_dir("mine")),
+            MineFacts.of(recorded).copy_density,
         )
+
+    def judged_at(self, density: float | None) -> PreviousMining:
+        """This state with its kept rows' p_copy as the judgement gives it at today's copy
+        ``density`` (`judgement.at_density`), as a full build would write it."""
+        if self.density is None or density is None or self.density == density:
+            return self
+        p_copy = at_density(self.kept[S.P_COPY].to_numpy(), self.density, density)
+        shifted = pl.Series(S.P_COPY, p_copy, dtype=pl.Float64).fill_nan(None)
+        return replace(self, kept=self.kept.with_columns(shifted), density=density)
 
     def plan(
         self,
@@ -186,6 +201,18 @@ class ReusePlan:
     reused: pl.Series
     refiltered: pl.Series
     gone: pl.Series
+
+
+def kept_rows(mine_dir: Path) -> pl.DataFrame:
+    """A mined build's kept negatives (`negatives.parquet` in ``mine_dir``) with the p_copy its
+    judgement file gives them, null where it has none (or where there is no such file: the
+    margin was not judged)."""
+    kept = pl.read_parquet(mine_dir / S.NEGATIVES_FILE)
+    judgement = mine_dir / S.NEGATIVES_JUDGEMENT_FILE
+    if not judgement.is_file():
+        return kept.with_columns(pl.lit(None, pl.Float64).alias(S.P_COPY))
+    keys = [S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID]
+    return kept.join(pl.read_parquet(judgement), on=keys, how="left", maintain_order="left")
 
 
 def titles_and_products(listings: pl.DataFrame, products: pl.DataFrame) -> pl.DataFrame:

@@ -58,9 +58,8 @@ from pairsieve.core.partitions import Mapper, MapSpans, map_here
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import partitions
 from pairsieve.mine.deepen import COUNT, Mined
-from pairsieve.mine.filters import REASONS, density_counts
+from pairsieve.mine.filters import NEGATIVE_COLUMNS, REASONS, density_counts
 from pairsieve.mine.judgement import smoothed_density
-from pairsieve.mine.kept_judgement import kept_judgement
 from pairsieve.mine.refilter import Refiltered, refilter_mapped, with_reused
 from pairsieve.mine.retrieval import Embedded, build_retrieval, embed_inputs, positive_table
 from pairsieve.mine.reuse import PreviousMining, ReusePlan
@@ -203,6 +202,8 @@ def _mine_rows(
     embedded = embed_inputs(fresh[S.QUERY].to_list(), listings, encoder, cache)
     positives, info = positive_table(fresh, embedded), read.info
     cfg, density = _with_copy_density(cfg, pairs, embedded, info, encoder, cache)
+    if state is not None:
+        state = state.judged_at(cfg.mine.copy_density)
     started = time.perf_counter()
     refiltered = None
     if state is not None and plan.refiltered.len():
@@ -326,6 +327,10 @@ def _with_refiltered(mined: Mined, refiltered: Refiltered | None) -> tuple:
     )
 
 
+# negatives_judgement.parquet: the kept negatives the judgement decided, in their file order, with
+# the p_copy their filter gave them (a day-2 build's reused ones moved to today's copy density), so
+# the report reads what mining decided instead of deciding again.
+_JUDGEMENT = [S.QUERY, S.POSITIVE_LISTING_ID, S.NEGATIVE_LISTING_ID, S.P_COPY]
 _SPILL = "_dropped-parts"  # the batches' dropped rows until negatives_dropped.parquet is written
 _ROWS_IN_MEANS = (
     "candidates considered: for each (query, positive) pair, each listing retrieved for its "
@@ -335,17 +340,16 @@ _ROWS_IN_MEANS = (
 )
 
 
-def _write(rows: _Rows, out_dir: Path, products: pl.DataFrame) -> dict[str, str]:
-    """Write the kept and the dropped negatives, the judgement of the kept ones
-    (`kept_judgement`, when the margin is judged) and the IVF layout; their names by role."""
-    negatives, dropped = out_dir / S.NEGATIVES_FILE, out_dir / S.NEGATIVES_DROPPED_FILE
+def _write(rows: _Rows, out_dir: Path) -> dict[str, str]:
+    """Write the kept and the dropped negatives, the judgement of the kept ones (`_JUDGEMENT`,
+    when the margin is judged) and the IVF layout; their names by role."""
     # One chunk: parquet row groups follow chunks, and chunks follow the partitions.
-    io.write_parquet(rows.kept.rechunk(), negatives)
-    io.write_parquet(rows.dropped, dropped)
+    io.write_parquet(rows.kept.select(NEGATIVE_COLUMNS).rechunk(), out_dir / S.NEGATIVES_FILE)
+    io.write_parquet(rows.dropped, out_dir / S.NEGATIVES_DROPPED_FILE)
     outputs = {"negatives": S.NEGATIVES_FILE, "dropped": S.NEGATIVES_DROPPED_FILE}
     if rows.judging.judge_margin:
-        judged = kept_judgement(negatives, dropped, products, rows.judging)
-        io.write_parquet(judged, out_dir / S.NEGATIVES_JUDGEMENT_FILE)
+        judged = rows.kept.filter(pl.col(S.P_COPY).is_not_null()).select(_JUDGEMENT)
+        io.write_parquet(judged.rechunk(), out_dir / S.NEGATIVES_JUDGEMENT_FILE)
         outputs["judgement"] = S.NEGATIVES_JUDGEMENT_FILE
     if rows.layout is not None:
         outputs.update(rows.layout.write(out_dir))
@@ -380,7 +384,7 @@ def run(
     """Mine hard negatives for every clicked (query, listing) pair into ``out_dir``.
 
     Writes `negatives.parquet`, `negatives_dropped.parquet` (see `filter_candidates`) and, when
-    the margin is judged, `negatives_judgement.parquet` (`kept_judgement`). With
+    the margin is judged, `negatives_judgement.parquet` (`_JUDGEMENT`). With
     ``previous`` = (the previous build's mining, this build's number), the queries whose inputs
     did not change keep their rows from it (`mine.reuse`). ``map_spans`` runs the partitions of
     the queries to mine (default: one after the other in this process; a build maps them on its
@@ -397,7 +401,7 @@ def run(
     spill.mkdir(parents=True, exist_ok=True)
     try:
         rows = _mine_rows(cfg, read, encoder, previous, Mapper(spill, map_spans))
-        outputs = _write(rows, out_dir, read.info)
+        outputs = _write(rows, out_dir)
     finally:
         shutil.rmtree(spill)
     clicked = pairs.select(S.QUERY, pl.col(S.LISTING_ID).alias(S.POSITIVE_LISTING_ID))

@@ -13,7 +13,7 @@ from pairsieve.core.partitions import Mapper
 from pairsieve.errors import PairsieveError
 from pairsieve.mine import deepen, partitions
 from pairsieve.mine import stage as mine
-from pairsieve.mine.reuse import PreviousMining, titles_and_products
+from pairsieve.mine.reuse import PreviousMining, kept_rows, titles_and_products
 from pairsieve.vectors.knn import VectorFile
 from tests.maps import in_processes
 from tests.unit.mine.test_stage import CATALOG, deepening_case, frames
@@ -126,7 +126,7 @@ def test_the_stage_mapped_on_single_thread_processes_writes_the_same_bytes(
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
     mapped = mine.run(cfg, inputs, tmp_path / "mapped", encoder=encoder, map_spans=in_processes)
     assert here.details["partitions"] == mapped.details["partitions"] == 1
-    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE, S.NEGATIVES_JUDGEMENT_FILE):
         assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "mapped" / name).read_bytes()
     assert here.rows_out == mapped.rows_out > 0
 
@@ -144,7 +144,7 @@ def test_the_stage_writes_the_same_bytes_whatever_the_partition_count(
         cfg.model_copy(update={"runner": runner}), inputs, tmp_path / "many", encoder=encoder
     )
     assert (one.details["partitions"], many.details["partitions"]) == (1, len(CATALOG))
-    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE, S.NEGATIVES_JUDGEMENT_FILE):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "many" / name).read_bytes()
 
 
@@ -165,7 +165,7 @@ def test_day_two_refiltering_writes_the_same_bytes_whatever_the_partitions(
     day1 = tmp_path / "day1"
     mine.run(cfg, day1_inputs, day1, encoder=encoder)
     state = PreviousMining(
-        pl.read_parquet(day1 / S.NEGATIVES_FILE),
+        kept_rows(day1),
         pl.scan_parquet(day1 / S.NEGATIVES_DROPPED_FILE),
         clicks,
         titles_and_products(listings, products),
@@ -199,7 +199,7 @@ def test_day_two_refiltering_writes_the_same_bytes_whatever_the_partitions(
     assert incremental["refilter_partitions"] == 1
     assert many.details["incremental"]["refilter_partitions"] == gained.height
     assert apart.details["incremental"] == many.details["incremental"]
-    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE):
+    for name in (S.NEGATIVES_FILE, S.NEGATIVES_DROPPED_FILE, S.NEGATIVES_JUDGEMENT_FILE):
         expected = (tmp_path / "one" / name).read_bytes()
         assert (tmp_path / "many" / name).read_bytes() == expected
         assert (tmp_path / "apart" / name).read_bytes() == expected

@@ -3,9 +3,14 @@ which are refiltered and which are mined again."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 import polars as pl
+import pytest
 
 from pairsieve import schemas as S
+from pairsieve.mine import judgement
 from pairsieve.mine.reuse import PreviousMining, refresh_slot
 
 _EVERY = 1_000_003  # no query is due for refresh in these tests unless chosen to be
@@ -145,3 +150,24 @@ def test_reused_rows_are_the_previous_rows_of_those_queries():
     kept, dropped = state.rows_of(pl.Series(S.QUERY, ["q1"]))
     assert kept[S.NEGATIVE_LISTING_ID].to_list() == ["l2", "l3"]
     assert dropped[S.NEGATIVE_LISTING_ID].to_list() == ["l4"]
+
+
+def test_reused_rows_are_judged_at_todays_copy_density_as_a_full_build_would_judge_them():
+    """The density is the copy model's offset, so moving a previous p_copy to today's density
+    gives what judging the same features at today's density gives; rows the judgement did not
+    decide stay undecided."""
+    model = judgement.load_copy_model()
+    rng = np.random.default_rng(5)
+    features = {name: rng.random(6) for name in judgement.FEATURES}
+    before, today = model.probability(features, 0.004), model.probability(features, 0.03)
+    state, *_ = _state()
+    kept = state.kept.with_columns(pl.Series(S.P_COPY, [*before[:2], None]))
+    judged = replace(state, kept=kept, density=0.004).judged_at(0.03)
+    assert judged.density == 0.03
+    assert judged.kept[S.P_COPY].to_list()[:2] == pytest.approx(today[:2].tolist(), rel=1e-9)
+    assert judged.kept[S.P_COPY][2] is None
+    assert judged.kept.drop(S.P_COPY).equals(state.kept)
+    moved = judgement.at_density(before, 0.004, 0.03)
+    assert moved == pytest.approx(today, rel=1e-9) and not np.allclose(before, today, rtol=0.1)
+    same = replace(state, kept=kept, density=0.03)
+    assert same.judged_at(0.03) is same and same.judged_at(None) is same

@@ -15,7 +15,7 @@ from pairsieve.core.contract import StageResult
 from pairsieve.core.facts import MineFacts
 from pairsieve.core.layout import RunLayout
 from pairsieve.errors import PairsieveError
-from pairsieve.mine import deepen, kept_judgement, retrieval
+from pairsieve.mine import deepen, retrieval
 from pairsieve.mine import evaluate as mine_eval
 from pairsieve.mine import filters as mine_filter
 from pairsieve.mine import stage as mine
@@ -648,10 +648,10 @@ def test_run_is_byte_identical_whatever_the_click_order(tiny, encoder):
         assert (folder / "a" / name).read_bytes() == (folder / "b" / name).read_bytes()
 
 
-def test_run_writes_the_judgement_of_the_kept_negatives_it_made(tiny, encoder, monkeypatch):
+def test_run_writes_the_judgement_of_the_kept_negatives_it_made(tiny, encoder):
     """The file the report reads: the kept negatives the judgement decided, in their order, with
-    the p_copy the stage's filter gives them at the density the stage used, the same judged
-    all at once or a query at a time."""
+    the p_copy the stage's filter gave them at the density the stage used: what filtering all
+    the stage's candidates at once gives, carried out of its batches, not judged again."""
     cfg, folder = tiny
     cfg = cfg.with_(**{"mine.relative_margin": 0.3, "mine.copy_density": 0.005})  # judge many
     names = ("clicks", "listings", "products")
@@ -663,35 +663,24 @@ def test_run_writes_the_judgement_of_the_kept_negatives_it_made(tiny, encoder, m
     dropped = pl.read_parquet(folder / "mine" / S.NEGATIVES_DROPPED_FILE)
     judged = pl.read_parquet(folder / "mine" / S.NEGATIVES_JUDGEMENT_FILE)
     assert judged.columns == [*keys, S.P_COPY] and judged.height > 0
-    in_kept_order = kept.select(keys).join(judged, on=keys, how="semi", maintain_order="left")
-    assert in_kept_order.rows() == judged.select(keys).rows()
+    assert kept.height > judged.height  # kept rows below the margin were not judged
     rows = pl.concat([kept, dropped.drop(S.REASON)])
-    density = cfg.mine  # the density is set, so the stage judged at exactly this one
     listings = pl.read_parquet(folder / "listings.parquet")
     products = mine.listing_products(listings, pl.read_parquet(folder / "products.parquet"))
-    again = mine_filter.judged_rows(
+    again, _ = mine_filter.filter_candidates(
         rows.select(S.QUERY, S.NEGATIVE_LISTING_ID, S.SCORE, S.RANK).unique().sort(S.QUERY, S.RANK),
         rows.select(S.QUERY, S.POSITIVE_LISTING_ID, S.POSITIVE_SCORE).unique(),
         products,
-        density,
+        cfg.mine,  # the density is set, so the stage judged at exactly this one
+        cfg.seed,
     )
-    expected = judged.join(again.select(*keys, S.P_COPY), on=keys, suffix="_again")
-    assert expected.height == judged.height
-    assert expected[S.P_COPY].to_list() == pytest.approx(
-        expected["p_copy_again"].to_list(), abs=1e-6
-    )
+    assert again.select(keys).equals(kept.select(keys))
+    assert again.drop_nulls(S.P_COPY).select(*keys, S.P_COPY).equals(judged)
     without = mine.run(
         cfg.with_(**{"mine.judge_margin": False}), inputs, folder / "plain", encoder=encoder
     )
     assert "judgement" not in without.outputs
     assert not (folder / "plain" / S.NEGATIVES_JUDGEMENT_FILE).exists()
-    monkeypatch.setattr(kept_judgement, "_QUERIES_AT_ONCE", 1)
-    assert kept["query"].n_unique() > 1
-    one_by_one = kept_judgement.kept_judgement(
-        folder / "mine" / S.NEGATIVES_FILE, folder / "mine" / S.NEGATIVES_DROPPED_FILE,
-        products, cfg.mine,
-    )  # fmt: skip
-    assert one_by_one.equals(judged)
 
 
 def test_run_rejects_bad_inputs(tiny, encoder):
