@@ -47,13 +47,12 @@ _CHUNK = 1 << 19  # rows of the file built at a time: ~50 MB of rows, and their 
 class _Rows:
     """The file's rows: the scored pairs (source rows 0..n-1), then one row per listing that
     shares its node's title (rows n..). ``order`` lists source rows in file order. A scored
-    row i joins the representatives of nodes ``a[i]`` and ``b[i]``; a sharing row n + j joins
-    the representative of node ``node[j]`` and entry ``listing[j]`` of ``ids`` (the nodes'
-    representatives, then every listing)."""
+    row i joins the representatives of nodes ``ends_of_scored`` (a, b) of row i; a sharing row
+    n + j joins the representative of node ``node[j]`` and entry ``listing[j]`` of ``ids``
+    (the nodes' representatives, then every listing)."""
 
     order: np.ndarray
-    a: np.ndarray
-    b: np.ndarray
+    ends_of_scored: pl.DataFrame
     node: np.ndarray
     listing: np.ndarray
     reps: pl.Series
@@ -61,10 +60,11 @@ class _Rows:
 
     def ends(self, sel: np.ndarray) -> pl.DataFrame:
         """(listing_a, listing_b) of the source rows ``sel``."""
-        n = len(self.a)
+        n = len(self.ends_of_scored)
         scored, sharing = sel < n, sel >= n
         first, second = np.empty(len(sel), np.int64), np.empty(len(sel), np.int64)
-        first[scored], second[scored] = self.a[sel[scored]], self.b[sel[scored]]
+        pairs = self.ends_of_scored[sel[scored]]
+        first[scored], second[scored] = pairs["a"].to_numpy(), pairs["b"].to_numpy()
         first[sharing] = self.node[sel[sharing] - n]
         second[sharing] = self.listing[sel[sharing] - n]
         return pl.DataFrame(
@@ -75,27 +75,31 @@ class _Rows:
 def _rows(result: Clustered) -> _Rows:
     """Sorted by the listing ids' ranks (one int64 key per row) rather than by the two strings:
     the same order, as ``frame`` is sorted by listing id and no two rows share (listing_a,
-    listing_b)."""
+    listing_b). The keys are made `_CHUNK` pairs at a time from the scored columns: the
+    columns come in many chunks (one per judged span), so taking them whole as numpy would
+    copy both (0.46 GiB at 10^6 listings) and hold the copies while the file is written."""
     frame, scored = result.frame, result.scored
     rank = frame[S.LISTING_ID].rank("dense").cast(pl.Int64).to_numpy()
     frame_nodes = frame[_NODE].to_numpy().astype(np.int64)
     node_rank = np.empty(len(result.nodes), dtype=np.int64)
     nodes, first = np.unique(frame_nodes, return_index=True)  # first = smallest listing
     node_rank[nodes] = rank[first]
-    a = scored["a"].to_numpy().astype(np.int64, copy=False)
-    b = scored["b"].to_numpy().astype(np.int64, copy=False)
+    n = len(scored)
     sharing = np.flatnonzero(rank != node_rank[frame_nodes])  # listings besides their node's rep
-    keys = np.empty(len(a) + len(sharing), dtype=np.int64)
-    np.left_shift(node_rank[a], 32, out=keys[: len(a)])
-    keys[: len(a)] |= node_rank[b]
-    np.left_shift(node_rank[frame_nodes[sharing]], 32, out=keys[len(a) :])
-    keys[len(a) :] |= rank[sharing]
+    keys = np.empty(n + len(sharing), dtype=np.int64)
+    for lo in range(0, n, _CHUNK):
+        span = scored.slice(lo, _CHUNK)
+        a, b = span["a"].to_numpy(), span["b"].to_numpy()
+        keys[lo : lo + len(span)] = (node_rank[a] << 32) | node_rank[b]
+    np.left_shift(node_rank[frame_nodes[sharing]], 32, out=keys[n:])
+    keys[n:] |= rank[sharing]
     order = np.argsort(keys)
     del keys
     reps = result.nodes[S.LISTING_ID].rechunk()
     # One chunk each before gathering: a gather from a two-chunk string column took 8x longer.
     ids = pl.concat([reps, frame[S.LISTING_ID]], rechunk=True)  # node reps, then every listing
-    return _Rows(order, a, b, frame_nodes[sharing], len(reps) + sharing, reps, ids)
+    ends = scored.select("a", "b")
+    return _Rows(order, ends, frame_nodes[sharing], len(reps) + sharing, reps, ids)
 
 
 def _values(scored: pl.DataFrame, calibration: Calibration | None) -> pl.DataFrame:
