@@ -275,8 +275,10 @@ def cluster_listings(
 
 
 def _judged(scored: pl.DataFrame, by_signal: dict[str, int]) -> dict:
-    """What the judging decided: candidates per signal, pairs, accepted, vetoes by reason."""
-    vetoes = scored.drop_nulls(S.VETO_REASON)[S.VETO_REASON].value_counts().iter_rows()
+    """What the judging decided: candidates per signal, pairs, accepted, vetoes by reason
+    (counted from the one column: dropping the unvetoed rows of the whole table would copy
+    every column of the vetoed ones, ~0.5 GiB at 10^6 listings)."""
+    vetoes = scored[S.VETO_REASON].drop_nulls().value_counts().iter_rows()
     return {
         "candidates_by_signal": by_signal,
         "candidate_pairs": len(scored),
