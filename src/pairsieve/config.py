@@ -189,6 +189,15 @@ class ClusterConfig(Section):
         "47k and 180k generated titles: the same products, the stage at half the time or less "
         "above 20k titles; below ~5k, IVF's training costs more than it saves.",
     )
+    knn_slice_vectors: int = Field(
+        131_072,
+        ge=FAISS_BLOCK,
+        multiple_of=FAISS_BLOCK,
+        description="Vectors per index slice of the neighbour search (as `knn.slice_vectors`, "
+        "which mining keeps). Half mining's: the build's memory peaks while two spans each "
+        "hold a slice, and this search asks for few neighbours, so more slices cost it little. "
+        "At 10^6 listings: a peak of 4.22 GiB against 4.50-4.71, the same products.",
+    )
     rare_word_share: float | None = Field(
         None,
         gt=0,

@@ -77,8 +77,11 @@ def neighbour_span(plan: str, span: Span, cfg: PairsieveConfig) -> str:
 
 def knn_settings(cfg: PairsieveConfig) -> KnnConfig:
     """The faiss settings of the neighbour search: `knn`'s, exact only up to
-    `cluster.knn_exact_max` titles."""
-    return cfg.knn.model_copy(update={"exact_max": cfg.cluster.knn_exact_max})
+    `cluster.knn_exact_max` titles, in slices of `cluster.knn_slice_vectors`."""
+    c = cfg.cluster
+    return cfg.knn.model_copy(
+        update={"exact_max": c.knn_exact_max, "slice_vectors": c.knn_slice_vectors}
+    )
 
 
 def knn_pairs(

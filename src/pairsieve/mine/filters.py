@@ -111,9 +111,8 @@ def _random_keys(table: pl.DataFrame, seed: int) -> pl.Series:
 
 
 # Titles parsed by earlier calls, by normalised title: a listing is a candidate of many queries,
-# and the same titles are parsed again by every partition, deepening round, duplicate check and
-# the kept negatives' judgement. Cleared when full: about 1.3 KB a title on the generated
-# catalog's titles, ~0.35 GB full.
+# and the same titles are parsed again by every partition, deepening round and duplicate check.
+# Cleared when full: about 1.3 KB a title on the generated catalog's titles, ~0.35 GB full.
 _PARSED: dict[str, text.Attributes] = {}
 _PARSED_LIMIT = 1 << 18
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pairsieve.cluster import neighbours
-from pairsieve.config import PairsieveConfig
+from pairsieve.config import FAISS_BLOCK, PairsieveConfig
 from pairsieve.core.partitions import Mapper
 from pairsieve.vectors import minhash
 from tests.maps import from_disk, in_processes
@@ -89,3 +89,15 @@ def test_the_search_is_ivf_above_its_own_limit_and_finds_the_close_pairs(tmp_pat
     keep = scores.ravel() >= 0.5
     pairs = np.sort(np.stack([source[keep], ids.ravel()[keep]], axis=1), axis=1)
     assert np.array_equal(found, np.unique(pairs[pairs[:, 0] != pairs[:, 1]], axis=0))
+
+
+def test_the_search_slices_its_index_by_its_own_setting_and_finds_the_same_pairs(tmp_path):
+    """`cluster.knn_slice_vectors` slices the neighbour search's index, whatever mining's
+    `knn.slice_vectors`; the slices' merged answers are those of one index."""
+    vectors = _vectors(3 * FAISS_BLOCK, seed=4)
+    cfg = CFG.with_(**{"cluster.knn_slice_vectors": FAISS_BLOCK})
+    assert neighbours.knn_settings(cfg).slice_vectors == FAISS_BLOCK != cfg.knn.slice_vectors
+    sliced, index = neighbours.knn_pairs(cfg, vectors, Mapper.local(tmp_path / "sliced"))
+    assert len(index.starts) == 3
+    whole, one = neighbours.knn_pairs(CFG, vectors, Mapper.local(tmp_path / "whole"))
+    assert len(one.starts) == 1 and np.array_equal(sliced, whole)
