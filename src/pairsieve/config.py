@@ -196,7 +196,7 @@ class ClusterConfig(Section):
         description="Vectors per index slice of the neighbour search (as `knn.slice_vectors`, "
         "which mining keeps). Half mining's: the build's memory peaks while two spans each "
         "hold a slice, and this search asks for few neighbours, so more slices cost it little. "
-        "At 10^6 listings: a peak of 4.22 GiB against 4.50-4.71, the same products.",
+        "At 10^6 listings: a build peak of 4.27 GiB against 4.50-4.71, the same products.",
     )
     rare_word_share: float | None = Field(
         None,

@@ -113,8 +113,6 @@ def at_density(p_copy: np.ndarray, judged_at: float, density: float) -> np.ndarr
     """``p_copy`` judged at the copy density ``judged_at``, as judged at ``density``: the density
     is the model's offset, so a new one moves every candidate's log-odds by the same amount and
     the features need not be computed again (a day-2 build's reused rows)."""
-    if judged_at == density:
-        return p_copy
     with np.errstate(divide="ignore"):
         z = np.log(p_copy) - np.log1p(-p_copy) + _logit(density) - _logit(judged_at)
     return 1.0 / (1.0 + np.exp(-z))
